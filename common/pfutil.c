@@ -1,0 +1,179 @@
+/*
+ * pfutil.c - the helpers of pfutil.h: byte buffers, hashing, varints,
+ * duration and rate parsing, clocks.
+ */
+#include "pfutil.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+int pf_buf_reserve(struct pf_buf *b, size_t extra)
+{
+        if (b->cap - b->len >= extra)
+                return 0;
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap - b->len < extra) {
+                if (cap > SIZE_MAX / 2)
+                        return -1;
+                cap *= 2;
+        }
+        uint8_t *p = realloc(b->data, cap);
+        if (!p)
+                return -1;
+        b->data = p;
+        b->cap = cap;
+        return 0;
+}
+
+int pf_buf_append(struct pf_buf *b, const void *p, size_t n)
+{
+        if (pf_buf_reserve(b, n) < 0)
+                return -1;
+        if (n)
+                memcpy(b->data + b->len, p, n);
+        b->len += n;
+        return 0;
+}
+
+void pf_buf_free(struct pf_buf *b)
+{
+        free(b->data);
+        b->data = NULL;
+        b->len = b->cap = 0;
+}
+
+static uint64_t avalanche(uint64_t h)
+{
+        h ^= h >> 33;
+        h *= 0xff51afd7ed558ccdULL;
+        h ^= h >> 33;
+        h *= 0xc4ceb9fe1a85ec53ULL;
+        h ^= h >> 33;
+        return h;
+}
+
+uint64_t pf_hash_bytes(const void *p, size_t n, uint64_t seed)
+{
+        const uint8_t *s = p;
+        uint64_t h = 0xcbf29ce484222325ULL ^ seed;
+        for (size_t i = 0; i < n; i++) {
+                h ^= s[i];
+                h *= 0x100000001b3ULL;
+        }
+        return avalanche(h ^ n);
+}
+
+uint64_t pf_hash_u64(uint64_t h, uint64_t v)
+{
+        return avalanche(h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2)));
+}
+
+size_t pf_varint_put(uint8_t *p, uint64_t v)
+{
+        size_t n = 0;
+        while (v >= 0x80) {
+                p[n++] = (uint8_t)(v | 0x80);
+                v >>= 7;
+        }
+        p[n++] = (uint8_t)v;
+        return n;
+}
+
+size_t pf_varint_get(const uint8_t *p, const uint8_t *end, uint64_t *v)
+{
+        uint64_t r = 0;
+        for (size_t i = 0; i < 10 && p + i < end; i++) {
+                uint8_t b = p[i];
+                if (i == 9 && b > 1)
+                        return 0;
+                r |= (uint64_t)(b & 0x7f) << (7 * i);
+                if (!(b & 0x80)) {
+                        *v = r;
+                        return i + 1;
+                }
+        }
+        return 0;
+}
+
+int pf_parse_duration(const char *s, int64_t *ns, bool *percent)
+{
+        if (!s || !*s)
+                return -1;
+        errno = 0;
+        char *end;
+        double v = strtod(s, &end);
+        if (errno || end == s || !isfinite(v) || v < 0)
+                return -1;
+        while (*end == ' ')
+                end++;
+        double mult;
+        bool pct = false;
+        if (!*end || !strcasecmp(end, "s") || !strcasecmp(end, "sec"))
+                mult = 1e9;
+        else if (!strcasecmp(end, "ms"))
+                mult = 1e6;
+        else if (!strcasecmp(end, "us"))
+                mult = 1e3;
+        else if (!strcasecmp(end, "ns"))
+                mult = 1;
+        else if (!strcasecmp(end, "m") || !strcasecmp(end, "min"))
+                mult = 60e9;
+        else if (!strcasecmp(end, "h"))
+                mult = 3600e9;
+        else if (!strcmp(end, "%") && percent) {
+                if (v > 100)
+                        return -1;
+                mult = 1e7; /* 100% -> 1e9 */
+                pct = true;
+        } else
+                return -1;
+        double r = v * mult;
+        if (r > 9.2e18)
+                return -1;
+        *ns = (int64_t)llround(r);
+        if (percent)
+                *percent = pct;
+        return 0;
+}
+
+int pf_parse_rate(const char *s, double *hz)
+{
+        if (!s || !*s)
+                return -1;
+        errno = 0;
+        char *end;
+        double v = strtod(s, &end);
+        if (errno || end == s || !isfinite(v) || v <= 0)
+                return -1;
+        double mult = 1;
+        if (!strcasecmp(end, "") || !strcasecmp(end, "hz"))
+                mult = 1;
+        else if (!strcasecmp(end, "k") || !strcasecmp(end, "khz"))
+                mult = 1e3;
+        else
+                return -1;
+        *hz = v * mult;
+        return 0;
+}
+
+static int64_t clock_ns(clockid_t id)
+{
+        struct timespec ts;
+        clock_gettime(id, &ts);
+        return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t pf_now_mono_ns(void)
+{
+        return clock_ns(CLOCK_MONOTONIC);
+}
+
+int64_t pf_now_wall_ns(void)
+{
+        return clock_ns(CLOCK_REALTIME);
+}

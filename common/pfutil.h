@@ -1,0 +1,62 @@
+/*
+ * pfutil.h - small helpers shared by libtrace and the tools that are not
+ * about the trace format: a growable byte buffer, hashing, varints, and
+ * parsing of durations and rates given on command lines. Internal: never
+ * installed, linked statically, prefix pf_.
+ */
+#ifndef PYFLAME_PFUTIL_H
+#define PYFLAME_PFUTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A growable byte buffer. Zero-initialise; release with pf_buf_free(). */
+struct pf_buf {
+        uint8_t *data;
+        size_t len, cap;
+};
+
+/* Make room for `extra` more bytes. Returns 0, or -1 when out of memory. */
+int pf_buf_reserve(struct pf_buf *b, size_t extra);
+/* Append bytes. Returns 0, or -1 when out of memory (buffer unchanged). */
+int pf_buf_append(struct pf_buf *b, const void *p, size_t n);
+void pf_buf_free(struct pf_buf *b);
+
+/* 64-bit hash of a byte string (FNV-1a with a final avalanche). */
+uint64_t pf_hash_bytes(const void *p, size_t n, uint64_t seed);
+/* Mix a 64-bit value into a hash. */
+uint64_t pf_hash_u64(uint64_t h, uint64_t v);
+
+/*
+ * LEB128-style unsigned varint. pf_varint_put writes at most 10 bytes to p
+ * and returns the count. pf_varint_get reads from [p, end): returns bytes
+ * consumed, or 0 when the input is truncated or longer than 10 bytes.
+ */
+size_t pf_varint_put(uint8_t *p, uint64_t v);
+size_t pf_varint_get(const uint8_t *p, const uint8_t *end, uint64_t *v);
+static inline uint64_t pf_zigzag(int64_t v)
+{
+        return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+}
+static inline int64_t pf_unzigzag(uint64_t v)
+{
+        return (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
+}
+
+/*
+ * Parse a duration: "1.5s", "200ms", "30us", "10ns", "2m", "1h", or a bare
+ * number of seconds. Returns 0 and sets *ns, or -1 on a malformed string.
+ * With `percent` non-NULL, "10%" is accepted too: *percent is set to true and
+ * *ns to the percentage times 1e6 (so 10% gives 10000000, i.e. parts per 1e9).
+ */
+int pf_parse_duration(const char *s, int64_t *ns, bool *percent);
+
+/* Parse a rate: "100", "1khz", "250hz", "1k". Returns 0 and sets *hz, or -1. */
+int pf_parse_rate(const char *s, double *hz);
+
+/* Monotonic and wall clock, nanoseconds. */
+int64_t pf_now_mono_ns(void);
+int64_t pf_now_wall_ns(void);
+
+#endif

@@ -1,0 +1,328 @@
+/*
+ * trace.h - the public interface of libtrace, the one library that knows the
+ * pyflame trace file format (a SQLite database, specified in schema/trace.sql).
+ *
+ * pyflame-record writes traces through a struct trace_writer; the report tools
+ * read them through a struct trace_reader. Both handles are opaque. Every
+ * function returns 0 (or a documented non-negative value) on success and a
+ * negative enum trace_status on failure; the detail is kept on the handle and
+ * read with trace_writer_errmsg() / trace_reader_errmsg(). The library never
+ * prints, logs or exits. Output parameters are left untouched on failure.
+ *
+ * Times in this interface are nanoseconds. Sample timestamps handed to the
+ * writer are CLOCK_MONOTONIC nanoseconds; the reader reports them relative to
+ * the start of the recording.
+ */
+#ifndef PYFLAME_TRACE_H
+#define PYFLAME_TRACE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(TRACE_BUILDING_LIBRARY)
+#define TRACE_API __attribute__((visibility("default")))
+#else
+#define TRACE_API
+#endif
+
+enum trace_status {
+        TRACE_OK = 0,
+        TRACE_ERR_NOMEM = -1,     /* out of memory */
+        TRACE_ERR_IO = -2,        /* cannot open, read or write the file */
+        TRACE_ERR_EXISTS = -3,    /* output exists and TRACE_CREATE_FORCE not given */
+        TRACE_ERR_NOT_SQLITE = -4, /* the file is not a SQLite database */
+        TRACE_ERR_NOT_TRACE = -5, /* a SQLite database, but not a pyflame trace */
+        TRACE_ERR_TOO_NEW = -6,   /* written by a newer pyflame: format version too high */
+        TRACE_ERR_CORRUPT = -7,   /* a pyflame trace, but damaged or truncated */
+        TRACE_ERR_ARG = -8,       /* invalid argument (unknown id, bad range...) */
+        TRACE_ERR_STATE = -9,     /* call not valid now (e.g. writer already finalized) */
+};
+
+/* Human-readable name of a status code; static storage, never NULL. */
+TRACE_API const char *trace_status_str(int status);
+
+/*
+ * Thread state flags carried by each sample (a bit set). The same values are
+ * stored on disk and are frozen: never renumber them.
+ */
+#define TRACE_STATE_ON_CPU    0x1u /* OS thread was running (R) when sampled */
+#define TRACE_STATE_HOLDS_GIL 0x2u /* thread held the GIL (or, free-threaded: was attached) */
+#define TRACE_STATE_NO_GIL    0x4u /* interpreter has no GIL (free-threaded build, GIL disabled) */
+#define TRACE_STATE_MASK      0x7u
+
+/* Frame kinds (frozen on disk too). */
+enum trace_frame_kind {
+        TRACE_FRAME_PYTHON = 0,  /* a Python function frame */
+        TRACE_FRAME_NATIVE = 1,  /* a native (C) frame, for future native unwinding */
+        TRACE_FRAME_SPECIAL = 2, /* a pseudo frame made by pyflame, e.g. "<unknown>" */
+};
+
+/* The id of the empty stack (a thread with no Python frame). */
+#define TRACE_STACK_EMPTY 0u
+
+/* Current format version written by this library (PRAGMA user_version). */
+#define TRACE_FORMAT_VERSION 1
+
+/* ------------------------------------------------------------------ */
+/* Writer                                                              */
+/* ------------------------------------------------------------------ */
+
+struct trace_writer;
+
+#define TRACE_CREATE_FORCE 0x1u /* replace an existing file */
+
+/*
+ * Create a new trace file at `path`. On success *out is a writer and 0 is
+ * returned. On failure a negative status is returned; if memory allowed,
+ * *out is still set to a handle whose errmsg says what went wrong and which
+ * must be released with trace_writer_free(). The start time (wall clock and
+ * monotonic) is taken now and stored in meta.
+ */
+TRACE_API int trace_writer_create(const char *path, unsigned flags, struct trace_writer **out);
+
+/* Message describing the last failure on `w`; "" when none. Owned by `w`. */
+TRACE_API const char *trace_writer_errmsg(const struct trace_writer *w);
+
+/*
+ * Set a meta value (see schema/trace.sql for the well-known keys). Replaces an
+ * earlier value of the same key. Strings are copied.
+ */
+TRACE_API int trace_writer_set_meta(struct trace_writer *w, const char *key, const char *value);
+TRACE_API int trace_writer_set_meta_int(struct trace_writer *w, const char *key, int64_t value);
+
+/* A frame as the recorder describes it. Strings need not outlive the call. */
+struct trace_frame_desc {
+        const char *function; /* code object name, e.g. "run" (required) */
+        const char *qualname; /* e.g. "Worker.run"; NULL when the version has none */
+        const char *file;     /* file name as the target knows it (required) */
+        int32_t line;         /* current line, or -1 when unknown */
+        int32_t first_line;   /* first line of the function, or -1 */
+        enum trace_frame_kind kind;
+};
+
+/*
+ * Intern a frame; identical descriptions give the same id. Ids are >= 1 and
+ * dense. In-memory hash tables only: no database access.
+ */
+TRACE_API int trace_writer_intern_frame(struct trace_writer *w, const struct trace_frame_desc *f,
+                                        uint32_t *frame_id);
+
+/*
+ * Intern the stack made of `parent` (TRACE_STACK_EMPTY for a root) with
+ * `frame` on top (the callee). Identical (parent, frame) pairs give the same
+ * id. Stacks therefore form a prefix tree rooted at TRACE_STACK_EMPTY.
+ */
+TRACE_API int trace_writer_intern_stack(struct trace_writer *w, uint32_t parent, uint32_t frame,
+                                        uint32_t *stack_id);
+
+/* Convenience: intern a whole stack given root-first frame ids. */
+TRACE_API int trace_writer_intern_stack_frames(struct trace_writer *w, const uint32_t *frames,
+                                               size_t depth, uint32_t *stack_id);
+
+/* A process being recorded. */
+struct trace_process_desc {
+        int32_t pid;             /* pid as seen by the recorder (host namespace) */
+        const char *cmdline;     /* space-separated command line, or NULL */
+        const char *python_version; /* e.g. "3.12.1", or NULL */
+        const char *python_build;   /* e.g. "shared", "static", "static,free-threaded" */
+};
+
+/* Register a process (once per pid; a second call updates it). */
+TRACE_API int trace_writer_add_process(struct trace_writer *w, const struct trace_process_desc *p);
+
+/* Mark a process as ended (exit status, or -1 when unknown) at monotonic time t_ns. */
+TRACE_API int trace_writer_end_process(struct trace_writer *w, int32_t pid, int exit_status,
+                                       int64_t t_ns);
+
+/* A thread of a recorded process. */
+struct trace_thread_desc {
+        int32_t pid;             /* owning process (registered with add_process) */
+        int64_t tid;             /* OS thread id in the recorder's namespace, or -1 */
+        uint64_t python_thread_id; /* threading.get_ident() value, or 0 */
+        const char *name;        /* thread name, or NULL */
+};
+
+/*
+ * Register a thread and get its reference (>= 1) for add_sample. Calling again
+ * with the same (pid, tid, python_thread_id) returns the same reference.
+ */
+TRACE_API int trace_writer_add_thread(struct trace_writer *w, const struct trace_thread_desc *t,
+                                      uint32_t *thread_ref);
+
+/* Set or change a thread's name (e.g. once threading has named it). */
+TRACE_API int trace_writer_set_thread_name(struct trace_writer *w, uint32_t thread_ref,
+                                           const char *name);
+
+/*
+ * Append one sample: thread `thread_ref` was in stack `stack_id` at monotonic
+ * time `t_ns` with TRACE_STATE_* flags `state`. Samples of one thread must be
+ * appended in non-decreasing time. Buffered in memory; committed by
+ * trace_writer_flush(), which add_sample calls itself about once a second, so
+ * a recorder that is killed loses at most the last second.
+ */
+TRACE_API int trace_writer_add_sample(struct trace_writer *w, uint32_t thread_ref, int64_t t_ns,
+                                      uint32_t stack_id, unsigned state);
+
+/* Kinds of sampling errors counted in the trace. */
+enum trace_error_kind {
+        TRACE_ERROR_TORN = 0,     /* stack changed under the reader; sample dropped */
+        TRACE_ERROR_READ = 1,     /* memory read failed */
+        TRACE_ERROR_LATE = 2,     /* the sampler missed its deadline (one per missed tick) */
+        TRACE_ERROR_OTHER = 3,
+        TRACE_ERROR_KIND_COUNT
+};
+
+/* Count `n` errors of `kind` (for process `pid`, or 0 for the recorder). */
+TRACE_API int trace_writer_count_error(struct trace_writer *w, int32_t pid,
+                                       enum trace_error_kind kind, uint64_t n);
+
+/* Commit everything buffered so far (samples, new frames, stacks, threads, meta). */
+TRACE_API int trace_writer_flush(struct trace_writer *w);
+
+/*
+ * Write end time and counts, commit and close the database. The handle stays
+ * valid for errmsg until trace_writer_free(). A trace that was never
+ * finalized is still readable up to its last flush.
+ */
+TRACE_API int trace_writer_finalize(struct trace_writer *w);
+
+/* Release the writer (finalizing is not implied: call finalize first). NULL is fine. */
+TRACE_API void trace_writer_free(struct trace_writer *w);
+
+/* ------------------------------------------------------------------ */
+/* Reader                                                              */
+/* ------------------------------------------------------------------ */
+
+struct trace_reader;
+
+/*
+ * Open a trace for reading. Checks that the file exists, is SQLite, is a
+ * pyflame trace (application_id) and is not of a newer format version, and
+ * loads strings, frames, stacks, threads and processes into memory with their
+ * references validated. On failure returns a negative status and, if memory
+ * allowed, sets *out to a handle whose errmsg names the problem (free it).
+ */
+TRACE_API int trace_reader_open(const char *path, struct trace_reader **out);
+
+TRACE_API const char *trace_reader_errmsg(const struct trace_reader *r);
+TRACE_API void trace_reader_close(struct trace_reader *r);
+
+/* Meta value for `key`, or NULL when absent. Owned by the reader. */
+TRACE_API const char *trace_reader_meta(const struct trace_reader *r, const char *key);
+
+/* Iterate meta: returns false past the end. Pointers owned by the reader. */
+TRACE_API bool trace_reader_meta_at(const struct trace_reader *r, size_t i, const char **key,
+                                    const char **value);
+
+/* Summary of a recording. */
+struct trace_summary {
+        int64_t duration_ns;     /* end - start, or last sample time if not finalized */
+        uint64_t samples;        /* samples stored */
+        uint64_t errors[TRACE_ERROR_KIND_COUNT];
+        uint32_t threads, processes, stacks, frames;
+        double rate_hz;          /* requested rate, 0 if unknown */
+        bool finalized;          /* false when the recorder stopped without finishing */
+};
+TRACE_API int trace_reader_summary(struct trace_reader *r, struct trace_summary *out);
+
+/* A resolved frame. Strings are owned by the reader. */
+struct trace_frame {
+        const char *function;
+        const char *qualname;    /* NULL when none was recorded */
+        const char *file;
+        int32_t line;
+        int32_t first_line;
+        enum trace_frame_kind kind;
+};
+
+TRACE_API uint32_t trace_reader_frame_count(const struct trace_reader *r); /* ids 1..count */
+TRACE_API int trace_reader_frame(const struct trace_reader *r, uint32_t frame_id,
+                                 struct trace_frame *out);
+
+TRACE_API uint32_t trace_reader_stack_count(const struct trace_reader *r); /* ids 0..count-1 */
+/* Parent stack and top frame of `stack_id` (not valid for TRACE_STACK_EMPTY). */
+TRACE_API int trace_reader_stack_node(const struct trace_reader *r, uint32_t stack_id,
+                                      uint32_t *parent, uint32_t *frame_id);
+/* Depth of a stack (0 for TRACE_STACK_EMPTY). */
+TRACE_API uint32_t trace_reader_stack_depth(const struct trace_reader *r, uint32_t stack_id);
+/*
+ * Frames of `stack_id`, root first, into `frames` (capacity `cap`). Returns the
+ * depth (which may exceed cap: only cap frames are written), or a negative status.
+ */
+TRACE_API int trace_reader_stack_frames(const struct trace_reader *r, uint32_t stack_id,
+                                        uint32_t *frames, size_t cap);
+
+struct trace_thread {
+        uint32_t ref;            /* the value samples carry */
+        int32_t pid;
+        int64_t tid;             /* OS thread id, -1 unknown */
+        uint64_t python_thread_id;
+        const char *name;        /* NULL when unknown */
+        int64_t first_ns, last_ns; /* first/last sample, relative to start; -1 if none */
+        uint64_t samples;
+};
+TRACE_API uint32_t trace_reader_thread_count(const struct trace_reader *r);
+/* i-th thread, 0 <= i < thread_count. */
+TRACE_API int trace_reader_thread_at(const struct trace_reader *r, uint32_t i,
+                                     struct trace_thread *out);
+
+struct trace_process {
+        int32_t pid;
+        const char *cmdline, *python_version, *python_build;
+        int exit_status;         /* -1 when unknown or still running at the end */
+        int64_t end_ns;          /* -1 when unknown */
+};
+TRACE_API uint32_t trace_reader_process_count(const struct trace_reader *r);
+TRACE_API int trace_reader_process_at(const struct trace_reader *r, uint32_t i,
+                                      struct trace_process *out);
+
+/*
+ * Which samples to visit. Zero-initialise, then set what you need:
+ * from_ns/to_ns are relative to the start (to_ns == 0 means "to the end");
+ * pids/threads, when non-empty, are allow-lists; a sample is kept when
+ * (state & state_require) == state_require and (state & state_exclude) == 0.
+ */
+struct trace_filter {
+        int64_t from_ns, to_ns;
+        const int32_t *pids;
+        size_t n_pids;
+        const uint32_t *threads; /* thread refs */
+        size_t n_threads;
+        unsigned state_require, state_exclude;
+};
+
+struct trace_sample {
+        int64_t t_ns;            /* relative to the start of the recording */
+        uint32_t thread;         /* thread ref */
+        uint32_t stack;
+        unsigned state;
+};
+
+/*
+ * Visit every sample that passes `filter` (NULL: all), in storage order
+ * (time order within a thread). `fn` returns 0 to go on or non-zero to stop
+ * (that value is then returned). Returns 0 at the end, or a negative status
+ * if the file turns out damaged: then the caller must not present what it has
+ * seen as a complete result.
+ */
+typedef int (*trace_sample_fn)(void *ctx, const struct trace_sample *s);
+TRACE_API int trace_reader_foreach_sample(struct trace_reader *r, const struct trace_filter *filter,
+                                          trace_sample_fn fn, void *ctx);
+
+/*
+ * Count samples per stack: on success *counts is a calloc'ed array of
+ * trace_reader_stack_count(r) entries (caller frees), indexed by stack id,
+ * and *total the number of samples counted.
+ */
+TRACE_API int trace_reader_count_by_stack(struct trace_reader *r, const struct trace_filter *filter,
+                                          uint64_t **counts, uint64_t *total);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

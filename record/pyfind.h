@@ -1,0 +1,65 @@
+/*
+ * pyfind.h - find the CPython interpreter inside a running process.
+ *
+ * From /proc/PID/maps, pick the ELF object that holds the interpreter (the
+ * executable for static builds, libpython for --enable-shared, whatever the
+ * executable is called), open it through /proc/PID/root (so targets in other
+ * mount namespaces work), compute its load bias, and locate the symbols a
+ * sampler needs, from .dynsym, .symtab or the .PyRuntime section, so stripped
+ * binaries work too. The exact Python version is read from the binary or the
+ * target's memory (Py_Version, _Py_DebugOffsets, the version string), never
+ * from file names alone.
+ */
+#ifndef PYFLAME_PYFIND_H
+#define PYFLAME_PYFIND_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "memsrc.h"
+
+/* Distinct failures of pyfind_target(), each a separate exit status for the tool. */
+enum pyfind_status {
+        PYFIND_OK = 0,
+        PYFIND_NO_PROCESS = -1,   /* no such process */
+        PYFIND_PERMISSION = -2,   /* cannot read its maps or memory */
+        PYFIND_NOT_PYTHON = -3,   /* no interpreter found in the process */
+        PYFIND_UNSUPPORTED = -4,  /* a Python we cannot read (version named in the message) */
+        PYFIND_NOT_READY = -5,    /* Python found but not initialised yet: retry later */
+};
+
+struct pyfind_target {
+        pid_t pid;
+        /* PY_VERSION_HEX: major<<24 | minor<<16 | micro<<8 | level<<4 | serial. */
+        uint32_t version_hex;
+        bool version_exact;      /* false when only major.minor is known */
+        bool free_threaded;      /* a 't' build (Py_GIL_DISABLED) */
+        bool debug_build;        /* a 'd' build (Py_DEBUG) */
+        bool shared;             /* interpreter lives in libpython*.so */
+        char elf_path[PATH_MAX]; /* path of that ELF as the target maps it */
+        uint64_t load_bias;      /* runtime address = symbol value + load_bias */
+
+        /* Addresses in the target; 0 when the version has no such thing. */
+        uint64_t runtime_addr;        /* _PyRuntime (3.7+) */
+        uint64_t interp_head_addr;    /* &interp_head (2.7, 3.6) */
+        uint64_t tstate_current_addr; /* &_PyThreadState_Current (2.7, 3.6) */
+        uint64_t gil_locked_addr;     /* &gil_locked (3.6, static) */
+        uint64_t gil_last_holder_addr; /* &gil_last_holder (3.6, static) */
+        uint64_t code_type_addr;      /* &PyCode_Type */
+        uint64_t str_type_addr;       /* &PyUnicode_Type (3.x) or &PyString_Type (2.7) */
+};
+
+/*
+ * Find the interpreter of process `pid`. On success fills *out and returns
+ * PYFIND_OK. On failure returns a negative enum pyfind_status, leaves *out
+ * untouched and writes a one-line message (that says the fix where there is
+ * one) into err[errlen].
+ */
+int pyfind_target(pid_t pid, struct pyfind_target *out, char *err, size_t errlen);
+
+/* "3.12.1", "3.13.0t", "2.7" ... into buf. */
+void pyfind_version_str(const struct pyfind_target *t, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,86 @@
+/*
+ * pywalk.h - walk the Python threads and frames of a target through a memsrc.
+ *
+ * One walker for every CPython version: struct layouts are data (a table per
+ * minor version for 2.7-3.12, the target's own _Py_DebugOffsets from 3.13
+ * on), chosen once at pywalk_open(). Everything read from the target is
+ * untrusted: walks are bounded, cycles detected, object types and string
+ * lengths checked. A sample that cannot be read consistently is reported as
+ * torn, never as garbage frames.
+ */
+#ifndef PYFLAME_PYWALK_H
+#define PYFLAME_PYWALK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "memsrc.h"
+#include "pyfind.h"
+
+#define PYWALK_MAX_DEPTH   4096
+#define PYWALK_MAX_THREADS 4096
+
+/* A code object as decoded once and cached by the walker (owned by it). */
+struct pywalk_code {
+        uint32_t id;           /* unique per walker, dense from 1: use it as a cache key */
+        const char *name;      /* co_name, UTF-8 */
+        const char *qualname;  /* co_qualname (3.11+), else NULL */
+        const char *file;      /* co_filename, UTF-8 */
+        int32_t first_line;    /* co_firstlineno */
+};
+
+struct pywalk_frame {
+        const struct pywalk_code *code;
+        int32_t line;          /* current line, or -1 when unknown */
+};
+
+/* GIL / interpreter state of one thread at sample time. */
+#define PYWALK_GIL_HELD    0x1u /* holds the GIL (free-threaded: attached to the interpreter) */
+#define PYWALK_GIL_UNKNOWN 0x2u /* could not tell */
+#define PYWALK_NO_GIL      0x4u /* free-threaded build running without a GIL */
+
+struct pywalk_thread {
+        uint64_t tstate_addr;
+        uint64_t thread_id;    /* threading.get_ident() (pthread_t) */
+        int64_t native_tid;    /* kernel TID in the target's PID namespace, -1 when unknown */
+        int64_t interp_id;
+        unsigned gil;          /* PYWALK_GIL_* */
+        int status;            /* 0, or a negative errno / PYWALK_TORN: frames not valid */
+        uint32_t depth;        /* number of frames, leaf (innermost) first */
+        struct pywalk_frame *frames;
+};
+
+#define PYWALK_TORN (-10000)   /* inconsistent read (cycle, bad type, bound hit) */
+
+struct pywalk;
+
+/*
+ * Prepare to walk the interpreter `t` through `m` (which must outlive the
+ * walker): choose the layout, read and validate _Py_DebugOffsets on 3.13+,
+ * check structurally that the interpreter and thread list are what they claim
+ * (tstate->interp == interp). Returns 0, or a negative enum pyfind_status with
+ * a one-line message in err (PYFIND_NOT_READY while the interpreter is still
+ * starting up; PYFIND_UNSUPPORTED for a layout we cannot validate).
+ */
+int pywalk_open(const struct pyfind_target *t, struct memsrc *m, struct pywalk **out, char *err,
+                size_t errlen);
+
+void pywalk_close(struct pywalk *w);
+
+/*
+ * Called once per Python thread by pywalk_sample(). `th` and its frames are
+ * valid only during the call. Return non-zero to stop the walk.
+ */
+typedef int (*pywalk_thread_fn)(void *ctx, const struct pywalk_thread *th);
+
+/*
+ * Sample every thread of every interpreter once. Returns 0 (per-thread
+ * failures are reported through th->status, not here), or a negative errno
+ * when the process is gone (-ESRCH) or unreadable.
+ */
+int pywalk_sample(struct pywalk *w, pywalk_thread_fn fn, void *ctx);
+
+/* Number of memory reads issued so far (benchmarks). */
+uint64_t pywalk_reads(const struct pywalk *w);
+
+#endif
