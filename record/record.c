@@ -1,0 +1,600 @@
+/*
+ * record.c - pyflame-record: sample the Python stacks of running CPython
+ * processes into a trace file.
+ *
+ *   pyflame-record -p PID[,PID...] [-o run.db]     attach to running processes
+ *   pyflame-record [-o run.db] -- COMMAND [ARGS]   start a program and record it
+ *   pyflame-record --dump -p PID                   print every thread's stack once
+ *
+ * The main loop samples on an absolute schedule (start + k * period), so the
+ * rate does not drift; a pass that overruns its slot is recorded in the trace
+ * as missed deadlines instead of silently lowering the rate. Ctrl-C, SIGTERM,
+ * the end of --duration and the exit of the target all end the recording
+ * cleanly: the trace is finalized with its end time and counts.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <fcntl.h>
+
+#include "pfutil.h"
+#include "pyfind.h"
+#include "pyflame-config.h"
+#include "sampler.h"
+#include "trace.h"
+
+/* Exit statuses (documented in the man page and README). */
+enum {
+        EXIT_OK = 0,
+        EXIT_USAGE = 2,
+        EXIT_NO_PROCESS = 3,
+        EXIT_NOT_PYTHON = 4,
+        EXIT_UNSUPPORTED = 5,
+        EXIT_PERMISSION = 6,
+        EXIT_OUTPUT = 7,
+        EXIT_INTERNAL = 8,
+        EXIT_EXEC_FAILED = 127,
+};
+
+#define MAX_PIDS 1024
+
+struct options {
+        pid_t pids[MAX_PIDS];
+        size_t n_pids;
+        const char *output;
+        bool force;
+        double rate_hz;
+        int64_t duration_ns; /* 0: until the targets exit or we are stopped */
+        bool blocking;
+        bool dump;
+        bool quiet;
+        char **command;      /* spawn mode: argv of the program */
+};
+
+static volatile sig_atomic_t stop_requested;
+static volatile sig_atomic_t forward_signal; /* spawn mode: a signal to pass on */
+
+static const char *prog = "pyflame-record";
+
+static void usage(FILE *f)
+{
+        fprintf(f,
+                "Usage: %s [OPTIONS] -p PID[,PID...]\n"
+                "       %s [OPTIONS] -- COMMAND [ARGS...]\n"
+                "Sample the Python stacks of a running CPython process into a trace file.\n"
+                "\n"
+                "  -p, --pid PID[,PID]    attach to running process(es)\n"
+                "  -o, --output FILE      trace file (default pyflame-PID-YYYYmmdd-HHMMSS.db)\n"
+                "  -f, --force            overwrite FILE if it exists\n"
+                "  -r, --rate HZ          samples per second (default 100; e.g. 1k, 250hz)\n"
+                "  -d, --duration SECS    stop after this long (e.g. 30, 1.5s, 2m)\n"
+                "      --blocking         stop the target's threads while sampling (consistent\n"
+                "                         stacks, more overhead; needs ptrace permission)\n"
+                "      --nonblocking      never stop the target (default)\n"
+                "      --dump             print every thread's stack once and exit\n"
+                "  -q, --quiet            no status line or summary\n"
+                "  -h, --help             this help\n"
+                "  -V, --version          print the version\n"
+                "\n"
+                "Then read the trace with pyflame-report FILE.\n",
+                prog, prog);
+}
+
+static int parse_pids(const char *arg, struct options *o)
+{
+        char *copy = strdup(arg);
+        if (!copy)
+                return -1;
+        int rc = 0;
+        for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok;
+             tok = strtok_r(NULL, ",", &save)) {
+                char *end;
+                errno = 0;
+                long v = strtol(tok, &end, 0);
+                if (errno || *end || v <= 0 || v > INT_MAX || o->n_pids >= MAX_PIDS) {
+                        rc = -1;
+                        break;
+                }
+                o->pids[o->n_pids++] = (pid_t)v;
+        }
+        free(copy);
+        return o->n_pids ? rc : -1;
+}
+
+static int parse_args(int argc, char **argv, struct options *o)
+{
+        enum { OPT_BLOCKING = 256, OPT_NONBLOCKING, OPT_DUMP };
+        static const struct option longopts[] = {
+                {"pid", required_argument, NULL, 'p'},
+                {"output", required_argument, NULL, 'o'},
+                {"force", no_argument, NULL, 'f'},
+                {"rate", required_argument, NULL, 'r'},
+                {"duration", required_argument, NULL, 'd'},
+                {"blocking", no_argument, NULL, OPT_BLOCKING},
+                {"nonblocking", no_argument, NULL, OPT_NONBLOCKING},
+                {"dump", no_argument, NULL, OPT_DUMP},
+                {"quiet", no_argument, NULL, 'q'},
+                {"help", no_argument, NULL, 'h'},
+                {"version", no_argument, NULL, 'V'},
+                {NULL, 0, NULL, 0},
+        };
+        o->rate_hz = 100;
+        int c;
+        /* '+': stop at the first non-option, so the command's own flags are left alone. */
+        while ((c = getopt_long(argc, argv, "+p:o:fr:d:qhV", longopts, NULL)) != -1) {
+                switch (c) {
+                case 'p':
+                        if (parse_pids(optarg, o) < 0) {
+                                fprintf(stderr, "%s: invalid pid list '%s'\n", prog, optarg);
+                                return -1;
+                        }
+                        break;
+                case 'o':
+                        o->output = optarg;
+                        break;
+                case 'f':
+                        o->force = true;
+                        break;
+                case 'r':
+                        if (pf_parse_rate(optarg, &o->rate_hz) < 0 || o->rate_hz > 1e6) {
+                                fprintf(stderr,
+                                        "%s: invalid rate '%s' (a number of Hz up to 1000000, "
+                                        "e.g. 100, 1k)\n",
+                                        prog, optarg);
+                                return -1;
+                        }
+                        break;
+                case 'd':
+                        if (pf_parse_duration(optarg, &o->duration_ns, NULL) < 0 ||
+                            o->duration_ns <= 0) {
+                                fprintf(stderr,
+                                        "%s: invalid duration '%s' (e.g. 10, 1.5s, 500ms, 2m)\n",
+                                        prog, optarg);
+                                return -1;
+                        }
+                        break;
+                case OPT_BLOCKING:
+                        o->blocking = true;
+                        break;
+                case OPT_NONBLOCKING:
+                        o->blocking = false;
+                        break;
+                case OPT_DUMP:
+                        o->dump = true;
+                        break;
+                case 'q':
+                        o->quiet = true;
+                        break;
+                case 'h':
+                        usage(stdout);
+                        exit(EXIT_OK);
+                case 'V':
+                        printf("pyflame-record %s\n", PYFLAME_VERSION);
+                        exit(EXIT_OK);
+                default:
+                        fprintf(stderr, "Try '%s --help'.\n", prog);
+                        return -1;
+                }
+        }
+        if (optind < argc)
+                o->command = &argv[optind];
+        if (!o->command == !o->n_pids) {
+                fprintf(stderr,
+                        "%s: give either -p PID or -- COMMAND (not both, not neither)\n"
+                        "Try '%s --help'.\n",
+                        prog, prog);
+                return -1;
+        }
+        if (o->dump && o->command) {
+                fprintf(stderr, "%s: --dump needs -p PID\n", prog);
+                return -1;
+        }
+        return 0;
+}
+
+static int exit_for_pyfind(int rc)
+{
+        switch (rc) {
+        case PYFIND_NO_PROCESS:
+                return EXIT_NO_PROCESS;
+        case PYFIND_PERMISSION:
+                return EXIT_PERMISSION;
+        case PYFIND_NOT_PYTHON:
+        case PYFIND_NOT_READY:
+                return EXIT_NOT_PYTHON;
+        case PYFIND_UNSUPPORTED:
+                return EXIT_UNSUPPORTED;
+        default:
+                return EXIT_INTERNAL;
+        }
+}
+
+static void on_signal(int sig, siginfo_t *si, void *uc)
+{
+        (void)uc;
+        /* A terminal's Ctrl-C reaches the whole process group (SI_KERNEL): the
+         * program got it too. Anything sent to us alone is passed on. */
+        if (si && si->si_code == SI_KERNEL && sig == SIGINT)
+                forward_signal = 0;
+        else
+                forward_signal = sig;
+        stop_requested = sig;
+}
+
+static void install_signals(void)
+{
+        struct sigaction sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_sigaction = on_signal;
+        sa.sa_flags = SA_SIGINFO; /* no SA_RESTART: the sleep must wake up */
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGHUP, &sa, NULL);
+        signal(SIGPIPE, SIG_IGN);
+}
+
+static void default_output(char *buf, size_t len, pid_t pid)
+{
+        time_t now = time(NULL);
+        struct tm tm;
+        localtime_r(&now, &tm);
+        char stamp[32];
+        strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
+        snprintf(buf, len, "pyflame-%d-%s.db", (int)pid, stamp);
+}
+
+/* ---- spawn mode ------------------------------------------------------- */
+
+/*
+ * Start the program. The child execs at once; a close-on-exec pipe tells us
+ * whether exec worked (EOF) or failed (errno written to it).
+ */
+static pid_t spawn(char **argv, int *exec_errno)
+{
+        int fds[2];
+        if (pipe2(fds, O_CLOEXEC) < 0)
+                return -1;
+        pid_t pid = fork();
+        if (pid < 0) {
+                close(fds[0]);
+                close(fds[1]);
+                return -1;
+        }
+        if (pid == 0) {
+                close(fds[0]);
+                signal(SIGPIPE, SIG_DFL);
+                execvp(argv[0], argv);
+                int e = errno;
+                if (write(fds[1], &e, sizeof(e)) < 0)
+                        _exit(EXIT_EXEC_FAILED);
+                _exit(EXIT_EXEC_FAILED);
+        }
+        close(fds[1]);
+        int e = 0;
+        ssize_t r;
+        do
+                r = read(fds[0], &e, sizeof(e));
+        while (r < 0 && errno == EINTR);
+        close(fds[0]);
+        *exec_errno = r == sizeof(e) ? e : 0;
+        return pid;
+}
+
+static int wait_status_to_exit(int status)
+{
+        if (WIFEXITED(status))
+                return WEXITSTATUS(status);
+        if (WIFSIGNALED(status))
+                return 128 + WTERMSIG(status);
+        return EXIT_INTERNAL;
+}
+
+/* ---- the recording ---------------------------------------------------- */
+
+struct recording {
+        struct options *o;
+        struct trace_writer *w;
+        struct sampler *samplers[MAX_PIDS];
+        size_t n_samplers;
+        pid_t child;          /* spawn mode */
+        bool child_reaped;
+        int child_status;
+        uint64_t late;
+        bool tty;
+};
+
+static void status_line(struct recording *r, int64_t elapsed_ns, bool final)
+{
+        uint64_t samples = 0, errors = 0;
+        for (size_t i = 0; i < r->n_samplers; i++) {
+                struct sampler_stats st;
+                sampler_get_stats(r->samplers[i], &st);
+                samples += st.samples;
+                errors += st.torn + st.read_errors;
+        }
+        double secs = elapsed_ns / 1e9;
+        double rate = 0;
+        if (secs > 0 && r->n_samplers) {
+                struct sampler_stats st;
+                sampler_get_stats(r->samplers[0], &st);
+                rate = st.ticks / secs;
+        }
+        fprintf(stderr, "\r\033[K%s: %.1fs, %llu samples, %.1f Hz, %llu errors, %llu late%s",
+                prog, secs, (unsigned long long)samples, rate, (unsigned long long)errors,
+                (unsigned long long)r->late, final ? "\n" : "");
+}
+
+static void remove_sampler(struct recording *r, size_t i, int64_t t_ns)
+{
+        struct sampler *s = r->samplers[i];
+        int status = -1;
+        if (r->child && sampler_pid(s) == r->child && r->child_reaped)
+                status = wait_status_to_exit(r->child_status);
+        trace_writer_end_process(r->w, sampler_pid(s), status, t_ns);
+        sampler_close(s);
+        r->samplers[i] = r->samplers[--r->n_samplers];
+}
+
+static void reap_child(struct recording *r)
+{
+        if (!r->child || r->child_reaped)
+                return;
+        int status;
+        if (waitpid(r->child, &status, WNOHANG) == r->child) {
+                r->child_reaped = true;
+                r->child_status = status;
+        }
+}
+
+/* Sample until stopped. Returns 0, or an exit status for a fatal error. */
+static int record_loop(struct recording *r)
+{
+        const int64_t period = (int64_t)(1e9 / r->o->rate_hz);
+        const int64_t start = pf_now_mono_ns();
+        int64_t next = start, last_status = 0, last_flush = start;
+        char err[512];
+        while (!stop_requested || r->child) {
+                if (stop_requested && r->child) {
+                        /* Spawn mode: the program decides when it ends. */
+                        if (forward_signal && !r->child_reaped) {
+                                kill(r->child, forward_signal);
+                                forward_signal = 0;
+                        }
+                }
+                struct timespec ts = {next / 1000000000, next % 1000000000};
+                int s = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+                if (s == EINTR)
+                        continue;
+                int64_t now = pf_now_mono_ns();
+                if (r->o->duration_ns && now - start >= r->o->duration_ns)
+                        break;
+                /* Fell behind by whole periods: say so, and keep the schedule. */
+                if (now - next >= period) {
+                        uint64_t missed = (uint64_t)((now - next) / period);
+                        r->late += missed;
+                        trace_writer_count_error(r->w, 0, TRACE_ERROR_LATE, missed);
+                        next += (int64_t)missed * period;
+                }
+                for (size_t i = 0; i < r->n_samplers;) {
+                        int rc = sampler_tick(r->samplers[i], now, err, sizeof(err));
+                        if (rc == -ESRCH) {
+                                reap_child(r);
+                                remove_sampler(r, i, now);
+                                continue;
+                        }
+                        if (rc < 0) {
+                                fprintf(stderr, "%s%s: %s\n", r->tty ? "\n" : "", prog, err);
+                                return rc == -EPERM ? EXIT_PERMISSION : EXIT_INTERNAL;
+                        }
+                        i++;
+                }
+                next += period;
+                reap_child(r);
+                if (r->child_reaped) {
+                        for (size_t i = r->n_samplers; i-- > 0;)
+                                if (sampler_pid(r->samplers[i]) == r->child)
+                                        remove_sampler(r, i, now);
+                }
+                if (r->n_samplers == 0)
+                        break;
+                if (now - last_flush >= 1000000000) {
+                        if (trace_writer_flush(r->w) < 0) {
+                                fprintf(stderr, "%s: writing %s: %s\n", prog, r->o->output,
+                                        trace_writer_errmsg(r->w));
+                                return EXIT_OUTPUT;
+                        }
+                        last_flush = now;
+                }
+                if (r->tty && now - last_status >= 250000000) {
+                        status_line(r, now - start, false);
+                        last_status = now;
+                }
+        }
+        if (r->tty)
+                status_line(r, pf_now_mono_ns() - start, true);
+        return 0;
+}
+
+/* Open a sampler, retrying while the interpreter is still starting up. */
+static int open_sampler(struct recording *r, pid_t pid, int64_t wait_ns, struct sampler **out,
+                        char *err, size_t errlen)
+{
+        int64_t deadline = pf_now_mono_ns() + wait_ns;
+        for (;;) {
+                int rc = sampler_open(pid, r->w, r->o->blocking, out, err, errlen);
+                if (rc == 0)
+                        return 0;
+                bool retry = rc == PYFIND_NOT_READY || (r->child && rc == PYFIND_NOT_PYTHON);
+                if (!retry || pf_now_mono_ns() > deadline || stop_requested)
+                        return rc;
+                if (r->child) {
+                        reap_child(r);
+                        if (r->child_reaped)
+                                return rc;
+                }
+                struct timespec ts = {0, 200000};
+                nanosleep(&ts, NULL);
+        }
+}
+
+static int set_meta(struct recording *r)
+{
+        char buf[8192];
+        size_t off = 0;
+        for (size_t i = 0; i < r->o->n_pids && off < sizeof(buf) - 16; i++)
+                off += (size_t)snprintf(buf + off, sizeof(buf) - off, "%s%d", i ? "," : "",
+                                        (int)r->o->pids[i]);
+        int rc = trace_writer_set_meta(r->w, "pids", buf);
+        if (rc == 0)
+                rc = trace_writer_set_meta(r->w, "mode",
+                                           r->o->blocking ? "blocking" : "nonblocking");
+        snprintf(buf, sizeof(buf), "%g", r->o->rate_hz);
+        if (rc == 0)
+                rc = trace_writer_set_meta(r->w, "rate_hz", buf);
+        if (rc == 0 && r->o->command) {
+                off = 0;
+                for (char **a = r->o->command; *a && off < sizeof(buf) - 1; a++)
+                        off += (size_t)snprintf(buf + off, sizeof(buf) - off, "%s%s",
+                                                a == r->o->command ? "" : " ", *a);
+                rc = trace_writer_set_meta(r->w, "cmdline", buf);
+        }
+        if (rc == 0 && r->n_samplers) {
+                rc = trace_writer_set_meta(r->w, "python_version",
+                                           sampler_version(r->samplers[0]));
+        }
+        return rc;
+}
+
+static int run_dump(struct options *o)
+{
+        int status = EXIT_OK;
+        for (size_t i = 0; i < o->n_pids; i++) {
+                char err[512];
+                struct sampler *s;
+                int rc = sampler_open(o->pids[i], NULL, o->blocking, &s, err, sizeof(err));
+                if (rc < 0) {
+                        fprintf(stderr, "%s: %s\n", prog, err);
+                        status = exit_for_pyfind(rc);
+                        continue;
+                }
+                if (sampler_dump(s, stdout, err, sizeof(err)) < 0) {
+                        fprintf(stderr, "%s: %s\n", prog, err);
+                        status = EXIT_INTERNAL;
+                }
+                sampler_close(s);
+        }
+        return status;
+}
+
+int main(int argc, char **argv)
+{
+        struct options o;
+        memset(&o, 0, sizeof(o));
+        if (parse_args(argc, argv, &o) < 0)
+                return EXIT_USAGE;
+        install_signals();
+        if (o.dump)
+                return run_dump(&o);
+
+        struct recording r = {.o = &o, .tty = isatty(STDERR_FILENO) && !o.quiet};
+        char outbuf[PATH_MAX], err[512];
+
+        if (o.command) {
+                int exec_errno = 0;
+                r.child = spawn(o.command, &exec_errno);
+                if (r.child < 0) {
+                        fprintf(stderr, "%s: cannot start %s: %s\n", prog, o.command[0],
+                                strerror(errno));
+                        return EXIT_EXEC_FAILED;
+                }
+                if (exec_errno) {
+                        waitpid(r.child, NULL, 0);
+                        fprintf(stderr, "%s: cannot run '%s': %s\n", prog, o.command[0],
+                                strerror(exec_errno));
+                        return EXIT_EXEC_FAILED;
+                }
+                o.pids[0] = r.child;
+                o.n_pids = 1;
+        }
+        if (!o.output) {
+                default_output(outbuf, sizeof(outbuf), o.pids[0]);
+                o.output = outbuf;
+        }
+
+        /* Find every interpreter before creating the file: errors come first. */
+        int rc = trace_writer_create(o.output, o.force ? TRACE_CREATE_FORCE : 0, &r.w);
+        if (rc < 0) {
+                fprintf(stderr, "%s: %s\n", prog,
+                        r.w ? trace_writer_errmsg(r.w) : "out of memory");
+                trace_writer_free(r.w);
+                if (r.child) {
+                        kill(r.child, SIGTERM);
+                        waitpid(r.child, NULL, 0);
+                }
+                return EXIT_OUTPUT;
+        }
+        int status = EXIT_OK;
+        for (size_t i = 0; i < o.n_pids; i++) {
+                /* A program we started may take a while to map and start Python. */
+                int64_t wait = r.child ? 30000000000LL : 2000000000LL;
+                rc = open_sampler(&r, o.pids[i], wait, &r.samplers[r.n_samplers], err,
+                                  sizeof(err));
+                if (rc < 0) {
+                        fprintf(stderr, "%s: %s\n", prog, err);
+                        status = exit_for_pyfind(rc);
+                        break;
+                }
+                r.n_samplers++;
+        }
+        if (status == EXIT_OK && set_meta(&r) < 0) {
+                fprintf(stderr, "%s: writing %s: %s\n", prog, o.output, trace_writer_errmsg(r.w));
+                status = EXIT_OUTPUT;
+        }
+        if (status == EXIT_OK) {
+                if (!o.quiet && !r.child)
+                        fprintf(stderr, "%s: recording %zu process%s at %g Hz into %s%s\n", prog,
+                                r.n_samplers, r.n_samplers == 1 ? "" : "es", o.rate_hz, o.output,
+                                r.tty ? " (Ctrl-C to stop)" : "");
+                status = record_loop(&r);
+        }
+        int64_t end = pf_now_mono_ns();
+        while (r.n_samplers)
+                remove_sampler(&r, r.n_samplers - 1, end);
+        if (trace_writer_finalize(r.w) < 0) {
+                fprintf(stderr, "%s: finishing %s: %s\n", prog, o.output,
+                        trace_writer_errmsg(r.w));
+                if (status == EXIT_OK)
+                        status = EXIT_OUTPUT;
+        } else if (!o.quiet && status == EXIT_OK) {
+                fprintf(stderr, "%s: wrote %s; see it with: pyflame-report %s\n", prog, o.output,
+                        o.output);
+        }
+        trace_writer_free(r.w);
+        if (r.child) {
+                /* The program's exit status is ours; wait for it whatever happened. */
+                if (!r.child_reaped) {
+                        if (status != EXIT_OK)
+                                kill(r.child, SIGTERM);
+                        while (waitpid(r.child, &r.child_status, 0) < 0 && errno == EINTR)
+                                if (forward_signal) {
+                                        kill(r.child, forward_signal);
+                                        forward_signal = 0;
+                                }
+                        r.child_reaped = true;
+                }
+                if (status == EXIT_OK)
+                        status = wait_status_to_exit(r.child_status);
+        }
+        return status;
+}

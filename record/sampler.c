@@ -1,0 +1,521 @@
+/*
+ * sampler.c - one sampled process: walker output to trace samples.
+ *
+ * The hot path of the recorder is here. For each thread the walker reports,
+ * the sampler finds the thread's trace reference, decides its state (on CPU
+ * from /proc, GIL from the walker) and turns the stack into a trace stack id.
+ * Stacks repeat, so a cache keyed by the whole walked stack (code id and
+ * line of every frame) gives the id with one hash and one compare; only a
+ * stack never seen before goes through the trace writer's interning.
+ */
+#include "sampler.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pfutil.h"
+#include "procfs.h"
+#include "pyfind.h"
+#include "pywalk.h"
+#include "stopper.h"
+
+/* A Python thread we have seen, keyed by (tstate address, thread id). */
+struct sthread {
+        uint64_t tstate, thread_id;
+        uint32_t ref;        /* trace thread ref, 0 when not yet registered */
+        pid_t host_tid;      /* OS tid in our namespace, -1 unknown */
+        int64_t ns_tid;      /* OS tid as the target reported it */
+        int stat_fd;         /* /proc/PID/task/TID/stat, -1 when not open */
+        int running;         /* last state read: 1 on CPU, 0 not, -1 unknown */
+        uint64_t seen_tick;
+};
+
+/* One entry of the whole-stack cache. */
+struct stack_entry {
+        uint64_t hash;
+        uint32_t depth;
+        uint32_t stack_id;
+        size_t key_off;      /* into stack_keys: depth pairs (code id, line) */
+};
+
+struct sampler {
+        pid_t pid;
+        bool blocking;
+        struct pyfind_target target;
+        char version[32];
+        struct memsrc mem;
+        struct pywalk *walk;
+        struct trace_writer *w;
+        struct stopper stop;
+
+        struct sthread *threads;
+        size_t n_threads, cap_threads;
+
+        /* (code id << 32 | line) -> trace frame id, open addressing */
+        uint64_t *frame_keys;
+        uint32_t *frame_vals;
+        size_t frame_cap, frame_n;
+
+        struct stack_entry *stacks; /* open addressing, stack_cap slots */
+        size_t stack_cap, stack_n;
+        struct pf_buf stack_keys;   /* uint32 pairs */
+
+        uint32_t *stack_build;      /* scratch: frame ids */
+        uint64_t tick;
+        int64_t tick_ns;
+        struct sampler_stats st;
+        char *err;                  /* message buffer of the current call */
+        size_t errlen;
+};
+
+pid_t sampler_pid(const struct sampler *s)
+{
+        return s->pid;
+}
+
+const char *sampler_version(const struct sampler *s)
+{
+        return s->version;
+}
+
+void sampler_get_stats(const struct sampler *s, struct sampler_stats *st)
+{
+        *st = s->st;
+        st->reads = s->walk ? pywalk_reads(s->walk) : 0;
+}
+
+static const char *build_string(const struct pyfind_target *t, char *buf, size_t len)
+{
+        snprintf(buf, len, "%s%s%s", t->shared ? "shared" : "static",
+                 t->free_threaded ? ",free-threaded" : "", t->debug_build ? ",debug" : "");
+        return buf;
+}
+
+int sampler_open(pid_t pid, struct trace_writer *w, bool blocking, struct sampler **out,
+                 char *err, size_t errlen)
+{
+        struct sampler *s = calloc(1, sizeof(*s));
+        if (!s) {
+                snprintf(err, errlen, "out of memory");
+                return PYFIND_UNSUPPORTED;
+        }
+        s->pid = pid;
+        s->blocking = blocking;
+        s->w = w;
+        int rc = pyfind_target(pid, &s->target, err, errlen);
+        if (rc < 0)
+                goto fail;
+        pyfind_version_str(&s->target, s->version, sizeof(s->version));
+        memsrc_init_process(&s->mem, pid);
+        rc = pywalk_open(&s->target, &s->mem, &s->walk, err, errlen);
+        if (rc < 0)
+                goto fail;
+        s->stack_build = malloc(PYWALK_MAX_DEPTH * sizeof(uint32_t));
+        if (!s->stack_build) {
+                snprintf(err, errlen, "out of memory");
+                rc = PYFIND_UNSUPPORTED;
+                goto fail;
+        }
+        if (w) {
+                char cmdline[4096], build[64];
+                if (procfs_cmdline(pid, cmdline, sizeof(cmdline)) < 0)
+                        cmdline[0] = 0;
+                struct trace_process_desc pd = {
+                        .pid = pid,
+                        .cmdline = cmdline[0] ? cmdline : NULL,
+                        .python_version = s->version,
+                        .python_build = build_string(&s->target, build, sizeof(build)),
+                };
+                if (trace_writer_add_process(w, &pd) < 0) {
+                        snprintf(err, errlen, "%s", trace_writer_errmsg(w));
+                        rc = PYFIND_UNSUPPORTED;
+                        goto fail;
+                }
+        }
+        *out = s;
+        return 0;
+fail:
+        sampler_close(s);
+        return rc;
+}
+
+void sampler_close(struct sampler *s)
+{
+        if (!s)
+                return;
+        stopper_free(&s->stop);
+        if (s->walk)
+                pywalk_close(s->walk);
+        for (size_t i = 0; i < s->n_threads; i++)
+                if (s->threads[i].stat_fd >= 0)
+                        close(s->threads[i].stat_fd);
+        free(s->threads);
+        free(s->frame_keys);
+        free(s->frame_vals);
+        free(s->stacks);
+        pf_buf_free(&s->stack_keys);
+        free(s->stack_build);
+        free(s);
+}
+
+/* ---- threads ---------------------------------------------------------- */
+
+static struct sthread *thread_lookup(struct sampler *s, const struct pywalk_thread *th)
+{
+        for (size_t i = 0; i < s->n_threads; i++) {
+                struct sthread *t = &s->threads[i];
+                if (t->tstate == th->tstate_addr && t->thread_id == th->thread_id)
+                        return t;
+        }
+        if (s->n_threads == s->cap_threads) {
+                size_t cap = s->cap_threads ? s->cap_threads * 2 : 8;
+                struct sthread *p = realloc(s->threads, cap * sizeof(*p));
+                if (!p)
+                        return NULL;
+                s->threads = p;
+                s->cap_threads = cap;
+        }
+        struct sthread *t = &s->threads[s->n_threads++];
+        memset(t, 0, sizeof(*t));
+        t->tstate = th->tstate_addr;
+        t->thread_id = th->thread_id;
+        t->host_tid = -1;
+        t->ns_tid = -2; /* forces a lookup */
+        t->stat_fd = -1;
+        t->running = -1;
+        return t;
+}
+
+/* Map the walker's tid (target namespace) to ours and open its stat file. */
+static void thread_bind_tid(struct sampler *s, struct sthread *t, int64_t ns_tid)
+{
+        if (t->ns_tid == ns_tid)
+                return;
+        t->ns_tid = ns_tid;
+        if (t->stat_fd >= 0)
+                close(t->stat_fd);
+        t->stat_fd = -1;
+        t->host_tid = -1;
+        if (ns_tid <= 0)
+                return;
+        pid_t host = procfs_host_tid(s->pid, (pid_t)ns_tid);
+        if (host <= 0)
+                return;
+        t->host_tid = host;
+        t->stat_fd = procfs_thread_open(s->pid, host);
+}
+
+static int thread_register(struct sampler *s, struct sthread *t)
+{
+        if (t->ref || !s->w)
+                return 0;
+        struct trace_thread_desc d = {
+                .pid = s->pid,
+                .tid = t->host_tid,
+                .python_thread_id = t->thread_id,
+                .name = NULL,
+        };
+        return trace_writer_add_thread(s->w, &d, &t->ref);
+}
+
+/* Drop threads not seen for a while (they exited); keeps fds bounded. */
+static void threads_gc(struct sampler *s)
+{
+        size_t kept = 0;
+        for (size_t i = 0; i < s->n_threads; i++) {
+                struct sthread *t = &s->threads[i];
+                if (s->tick - t->seen_tick > 100) {
+                        if (t->stat_fd >= 0)
+                                close(t->stat_fd);
+                        continue;
+                }
+                s->threads[kept++] = *t;
+        }
+        s->n_threads = kept;
+}
+
+/* ---- frames and stacks ------------------------------------------------ */
+
+static int frame_id(struct sampler *s, const struct pywalk_frame *f, uint32_t *out)
+{
+        uint64_t key = (uint64_t)f->code->id << 32 | (uint32_t)f->line;
+        if (s->frame_n * 2 >= s->frame_cap) {
+                size_t cap = s->frame_cap ? s->frame_cap * 2 : 1024;
+                uint64_t *k = calloc(cap, sizeof(*k));
+                uint32_t *v = calloc(cap, sizeof(*v));
+                if (!k || !v) {
+                        free(k);
+                        free(v);
+                        return TRACE_ERR_NOMEM;
+                }
+                for (size_t i = 0; i < s->frame_cap; i++) {
+                        if (!s->frame_vals[i])
+                                continue;
+                        size_t j = pf_hash_u64(0, s->frame_keys[i]) & (cap - 1);
+                        while (v[j])
+                                j = (j + 1) & (cap - 1);
+                        k[j] = s->frame_keys[i];
+                        v[j] = s->frame_vals[i];
+                }
+                free(s->frame_keys);
+                free(s->frame_vals);
+                s->frame_keys = k;
+                s->frame_vals = v;
+                s->frame_cap = cap;
+        }
+        size_t j = pf_hash_u64(0, key) & (s->frame_cap - 1);
+        while (s->frame_vals[j]) {
+                if (s->frame_keys[j] == key) {
+                        *out = s->frame_vals[j];
+                        return 0;
+                }
+                j = (j + 1) & (s->frame_cap - 1);
+        }
+        struct trace_frame_desc d = {
+                .function = f->code->name,
+                .qualname = f->code->qualname,
+                .file = f->code->file,
+                .line = f->line,
+                .first_line = f->code->first_line,
+                .kind = TRACE_FRAME_PYTHON,
+        };
+        uint32_t id;
+        int rc = trace_writer_intern_frame(s->w, &d, &id);
+        if (rc < 0)
+                return rc;
+        s->frame_keys[j] = key;
+        s->frame_vals[j] = id;
+        s->frame_n++;
+        *out = id;
+        return 0;
+}
+
+static uint64_t stack_hash(const struct pywalk_thread *th)
+{
+        uint64_t h = th->depth;
+        for (uint32_t i = 0; i < th->depth; i++)
+                h = pf_hash_u64(h, (uint64_t)th->frames[i].code->id << 32 |
+                                           (uint32_t)th->frames[i].line);
+        return h;
+}
+
+static bool stack_matches(const struct sampler *s, const struct stack_entry *e,
+                          const struct pywalk_thread *th)
+{
+        if (e->depth != th->depth)
+                return false;
+        const uint32_t *k = (const uint32_t *)(s->stack_keys.data + e->key_off);
+        for (uint32_t i = 0; i < th->depth; i++)
+                if (k[2 * i] != th->frames[i].code->id ||
+                    k[2 * i + 1] != (uint32_t)th->frames[i].line)
+                        return false;
+        return true;
+}
+
+static int stack_cache_grow(struct sampler *s)
+{
+        size_t cap = s->stack_cap ? s->stack_cap * 2 : 1024;
+        struct stack_entry *t = calloc(cap, sizeof(*t));
+        if (!t)
+                return TRACE_ERR_NOMEM;
+        for (size_t i = 0; i < s->stack_cap; i++) {
+                struct stack_entry *e = &s->stacks[i];
+                if (!e->stack_id && !e->depth)
+                        continue;
+                size_t j = e->hash & (cap - 1);
+                while (t[j].stack_id || t[j].depth)
+                        j = (j + 1) & (cap - 1);
+                t[j] = *e;
+        }
+        free(s->stacks);
+        s->stacks = t;
+        s->stack_cap = cap;
+        return 0;
+}
+
+/* The trace stack id of a walked stack (leaf-first frames). */
+static int stack_id(struct sampler *s, const struct pywalk_thread *th, uint32_t *out)
+{
+        if (th->depth == 0) {
+                *out = TRACE_STACK_EMPTY;
+                return 0;
+        }
+        if (s->stack_n * 2 >= s->stack_cap && stack_cache_grow(s) < 0)
+                return TRACE_ERR_NOMEM;
+        uint64_t h = stack_hash(th);
+        size_t j = h & (s->stack_cap - 1);
+        while (s->stacks[j].stack_id || s->stacks[j].depth) {
+                if (s->stacks[j].hash == h && stack_matches(s, &s->stacks[j], th)) {
+                        *out = s->stacks[j].stack_id;
+                        return 0;
+                }
+                j = (j + 1) & (s->stack_cap - 1);
+        }
+        /* New stack: intern frames root first through the writer's prefix tree. */
+        uint32_t stack = TRACE_STACK_EMPTY;
+        for (uint32_t i = th->depth; i-- > 0;) {
+                uint32_t fid;
+                int rc = frame_id(s, &th->frames[i], &fid);
+                if (rc < 0)
+                        return rc;
+                rc = trace_writer_intern_stack(s->w, stack, fid, &stack);
+                if (rc < 0)
+                        return rc;
+        }
+        size_t off = s->stack_keys.len;
+        if (pf_buf_reserve(&s->stack_keys, (size_t)th->depth * 8) < 0)
+                return TRACE_ERR_NOMEM;
+        uint32_t *k = (uint32_t *)(s->stack_keys.data + off);
+        for (uint32_t i = 0; i < th->depth; i++) {
+                k[2 * i] = th->frames[i].code->id;
+                k[2 * i + 1] = (uint32_t)th->frames[i].line;
+        }
+        s->stack_keys.len += (size_t)th->depth * 8;
+        s->stacks[j] = (struct stack_entry){h, th->depth, stack, off};
+        s->stack_n++;
+        *out = stack;
+        return 0;
+}
+
+/* ---- sampling --------------------------------------------------------- */
+
+static int on_thread(void *ctx, const struct pywalk_thread *th)
+{
+        struct sampler *s = ctx;
+        struct sthread *t = thread_lookup(s, th);
+        if (!t)
+                return -ENOMEM;
+        t->seen_tick = s->tick;
+        thread_bind_tid(s, t, th->native_tid);
+        if (th->status != 0) {
+                if (th->status == PYWALK_TORN)
+                        s->st.torn++;
+                else
+                        s->st.read_errors++;
+                if (s->w)
+                        trace_writer_count_error(s->w, s->pid,
+                                                 th->status == PYWALK_TORN ? TRACE_ERROR_TORN
+                                                                           : TRACE_ERROR_READ,
+                                                 1);
+                return 0;
+        }
+        /* In blocking mode the state was read before the threads were stopped. */
+        if (!s->blocking && t->stat_fd >= 0)
+                t->running = procfs_thread_running(t->stat_fd);
+        unsigned state = 0;
+        if (t->running != 0) /* unknown counts as running: never hide samples */
+                state |= TRACE_STATE_ON_CPU;
+        if (th->gil & PYWALK_GIL_HELD)
+                state |= TRACE_STATE_HOLDS_GIL;
+        if (th->gil & PYWALK_NO_GIL)
+                state |= TRACE_STATE_NO_GIL;
+        if (thread_register(s, t) < 0)
+                return -EIO;
+        uint32_t stack;
+        if (stack_id(s, th, &stack) < 0)
+                return -EIO;
+        if (trace_writer_add_sample(s->w, t->ref, s->tick_ns, stack, state) < 0)
+                return -EIO;
+        s->st.samples++;
+        return 0;
+}
+
+int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
+{
+        s->tick++;
+        s->tick_ns = t_ns;
+        s->st.ticks++;
+        if (s->blocking) {
+                /* Read /proc states first: once stopped, every thread looks idle. */
+                for (size_t i = 0; i < s->n_threads; i++)
+                        if (s->threads[i].stat_fd >= 0)
+                                s->threads[i].running =
+                                        procfs_thread_running(s->threads[i].stat_fd);
+                int rc = stopper_stop(&s->stop, s->pid, err, errlen);
+                if (rc < 0)
+                        return rc;
+        }
+        int rc = pywalk_sample(s->walk, on_thread, s);
+        if (s->blocking)
+                stopper_resume(&s->stop);
+        if (rc == -ESRCH || (rc < 0 && kill(s->pid, 0) < 0 && errno == ESRCH)) {
+                snprintf(err, errlen, "process %d has exited", (int)s->pid);
+                return -ESRCH;
+        }
+        if (rc == -EIO && s->w) {
+                snprintf(err, errlen, "writing the trace: %s", trace_writer_errmsg(s->w));
+                return -EIO;
+        }
+        if (rc < 0) {
+                /* The whole walk failed (e.g. a torn thread list): count it, go on. */
+                s->st.read_errors++;
+                if (s->w)
+                        trace_writer_count_error(s->w, s->pid, TRACE_ERROR_READ, 1);
+        }
+        if ((s->tick & 255) == 0)
+                threads_gc(s);
+        return 0;
+}
+
+/* ---- dump ------------------------------------------------------------- */
+
+struct dump_ctx {
+        struct sampler *s;
+        FILE *out;
+};
+
+static int dump_thread(void *ctx, const struct pywalk_thread *th)
+{
+        struct dump_ctx *d = ctx;
+        struct sampler *s = d->s;
+        struct sthread *t = thread_lookup(s, th);
+        if (!t)
+                return -ENOMEM;
+        thread_bind_tid(s, t, th->native_tid);
+        int running = t->stat_fd >= 0 ? procfs_thread_running(t->stat_fd) : -1;
+        fprintf(d->out, "Thread %#llx", (unsigned long long)th->thread_id);
+        if (t->host_tid > 0)
+                fprintf(d->out, " (tid %d)", (int)t->host_tid);
+        fprintf(d->out, " %s%s\n", running == 1 ? "active" : running == 0 ? "idle" : "",
+                (th->gil & PYWALK_GIL_HELD) ? ", holding the GIL" : "");
+        if (th->status != 0) {
+                fprintf(d->out, "    <stack could not be read consistently>\n");
+                return 0;
+        }
+        for (uint32_t i = 0; i < th->depth; i++) {
+                const struct pywalk_frame *f = &th->frames[i];
+                const char *name = f->code->qualname ? f->code->qualname : f->code->name;
+                if (f->line >= 0)
+                        fprintf(d->out, "    %s (%s:%d)\n", name, f->code->file, (int)f->line);
+                else
+                        fprintf(d->out, "    %s (%s)\n", name, f->code->file);
+        }
+        return 0;
+}
+
+int sampler_dump(struct sampler *s, FILE *out, char *err, size_t errlen)
+{
+        char cmdline[4096];
+        if (procfs_cmdline(s->pid, cmdline, sizeof(cmdline)) < 0)
+                cmdline[0] = 0;
+        fprintf(out, "Process %d: %s\nPython v%s (%s)\n\n", (int)s->pid, cmdline, s->version,
+                s->target.elf_path);
+        struct dump_ctx d = {s, out};
+        if (s->blocking) {
+                int rc = stopper_stop(&s->stop, s->pid, err, errlen);
+                if (rc < 0)
+                        return rc;
+        }
+        int rc = pywalk_sample(s->walk, dump_thread, &d);
+        if (s->blocking)
+                stopper_resume(&s->stop);
+        if (rc < 0) {
+                snprintf(err, errlen, "cannot read process %d: %s", (int)s->pid, strerror(-rc));
+                return rc;
+        }
+        return 0;
+}

@@ -1,0 +1,58 @@
+/*
+ * sampler.h - one sampled process: from the walker's view of its threads to
+ * samples in the trace.
+ *
+ * A sampler owns what is needed to sample one CPython process: its memory
+ * source, the walker, the per-thread bookkeeping (trace thread refs, OS
+ * thread ids, the /proc file that tells whether a thread is on CPU) and the
+ * caches that turn a walked stack into a trace stack id without touching the
+ * trace's own tables on the hot path. pyflame-record drives one sampler per
+ * recorded process and calls sampler_tick() on its schedule.
+ */
+#ifndef PYFLAME_SAMPLER_H
+#define PYFLAME_SAMPLER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "trace.h"
+
+struct sampler;
+
+struct sampler_stats {
+        uint64_t ticks;        /* sampling passes over this process */
+        uint64_t samples;      /* thread samples written */
+        uint64_t torn;         /* thread samples dropped as inconsistent */
+        uint64_t read_errors;  /* thread samples dropped for a failed read */
+        uint64_t reads;        /* memory reads issued by the walker */
+};
+
+/*
+ * Find and validate the interpreter of `pid`, and register the process with
+ * the trace writer `w` (which may be NULL for --dump). Returns 0 and sets
+ * *out; on failure returns a negative enum pyfind_status and writes a
+ * one-line message into err. `blocking` stops the threads for each sample.
+ */
+int sampler_open(pid_t pid, struct trace_writer *w, bool blocking, struct sampler **out,
+                 char *err, size_t errlen);
+
+/*
+ * Take one sample of every thread at monotonic time `t_ns`. Returns 0, or
+ * -ESRCH when the process has gone (the caller finishes it), or another
+ * negative errno for a failure worth reporting (message in err).
+ */
+int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen);
+
+/* Print every thread's current stack once, py-spy dump style. */
+int sampler_dump(struct sampler *s, FILE *out, char *err, size_t errlen);
+
+pid_t sampler_pid(const struct sampler *s);
+const char *sampler_version(const struct sampler *s); /* e.g. "3.12.1" */
+void sampler_get_stats(const struct sampler *s, struct sampler_stats *st);
+
+/* Release everything; never leaves the target stopped or traced. NULL is fine. */
+void sampler_close(struct sampler *s);
+
+#endif

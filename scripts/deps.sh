@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Install what pyflame needs to build and test on Debian 12 (run as root).
+# Skips apt-get when everything is already there.
+set -euo pipefail
+pkgs=(gcc pkg-config meson ninja-build python3 sqlite3 libsqlite3-dev libelf-dev
+      libarchive-dev zlib1g-dev libcmocka-dev clang-format util-linux procps)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh Debian 12 machine (run as root): install,
+# check formatting, build with warnings fatal, run unit, golden and
+# end-to-end tests, then run the unit and golden tests again, and the
+# end-to-end tests on one interpreter, under AddressSanitizer and UBSan.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+
+echo "== clang-format"
+files=$(git ls-files '*.c' '*.h' 2>/dev/null || find . -name '*.[ch]' -not -path './build*')
+clang-format --dry-run --Werror $files
+
+echo "== build (warnings fatal)"
+rm -rf build-ci build-ci-asan
+meson setup build-ci --werror -Dbuildtype=debugoptimized >/dev/null
+ninja -C build-ci
+
+echo "== unit and golden tests"
+meson test -C build-ci --suite unit --suite golden --print-errorlogs
+
+echo "== end-to-end tests"
+meson test -C build-ci --suite e2e --print-errorlogs --verbose
+
+echo "== sanitizers (address, undefined)"
+meson setup build-ci-asan --werror -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
+ninja -C build-ci-asan
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+meson test -C build-ci-asan --suite unit --suite golden --print-errorlogs
+python3 tests/e2e/run_e2e.py --record build-ci-asan/record/pyflame-record \
+  --report build-ci-asan/report/pyflame-report --only 3.12
+
+echo "== all tests passed"

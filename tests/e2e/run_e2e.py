@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+"""End-to-end tests: record real interpreters with pyflame-record and check
+what pyflame-report says about them.
+
+For every interpreter on the machine (pyenv 2.7 and 3.6+, Debian's static
+python3.11) and both sampling modes, the workloads in workloads/ are recorded
+and the reports are checked against what each workload is known to do: where
+it burns CPU, in which ratio, on which threads, through which generators; that
+spawn mode returns the program's exit status; and that a process we attached to
+is left running, untraced, with its signals delivered.
+
+Usage: run_e2e.py --record PATH --report PATH [--only 3.12] [--mode blocking]
+Prints one line per check and ends with 'N passed, N failed, N skipped'.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORK = os.path.join(HERE, "workloads")
+FRAME_RE = re.compile(r"^(.*) \((.*):(-?\d+)\)$")
+
+
+def interpreters():
+    """(label, path) of every CPython we can test here."""
+    found = []
+    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    for path in sorted(glob.glob(os.path.join(root, "versions", "*", "bin", "python"))):
+        ver = path.split(os.sep)[-3]
+        if re.match(r"^\d+\.\d+\.\d+$", ver):
+            found.append((ver, path))
+    if os.path.exists("/usr/bin/python3.11"):
+        found.append(("debian-3.11", "/usr/bin/python3.11"))
+
+    def key(item):
+        nums = re.findall(r"\d+", item[0])
+        return [int(n) for n in nums] + [item[0].startswith("debian")]
+
+    return sorted(found, key=key)
+
+
+def line_of(path, marker):
+    with open(path) as f:
+        for i, text in enumerate(f, 1):
+            if marker in text:
+                return i
+    raise ValueError(marker)
+
+
+class Runner:
+    def __init__(self, args):
+        self.record = args.record
+        self.report = args.report
+        self.passed = self.failed = self.skipped = 0
+        self.tmp = tempfile.mkdtemp(prefix="pyflame-e2e-")
+        self.verbose = args.verbose
+
+    def check(self, name, ok, detail=""):
+        if ok:
+            self.passed += 1
+            print("ok   %s" % name)
+        else:
+            self.failed += 1
+            print("FAIL %s %s" % (name, detail))
+        sys.stdout.flush()
+        return ok
+
+    def out(self, name):
+        return os.path.join(self.tmp, name + ".db")
+
+    def rec(self, args, timeout=120):
+        cmd = [self.record, "-q", "-f"] + args
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=timeout, universal_newlines=True)
+        if self.verbose:
+            print("  $ %s -> %d %s" % (" ".join(cmd), p.returncode, p.stderr.strip()))
+        return p
+
+    def rep(self, args):
+        p = subprocess.run([self.report] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=120)
+        if p.returncode != 0:
+            raise RuntimeError("pyflame-report %s failed (%d): %s"
+                               % (" ".join(args), p.returncode, p.stderr.strip()))
+        return p.stdout
+
+    def folded(self, db, extra=()):
+        """[(frames, count)] with frames root first as (function, file, line)."""
+        stacks = []
+        for line in self.rep(list(extra) + [db]).splitlines():
+            if not line.strip():
+                continue
+            text, _, count = line.rpartition(" ")
+            frames = []
+            for f in text.split(";"):
+                m = FRAME_RE.match(f)
+                frames.append((m.group(1), m.group(2), int(m.group(3))) if m else (f, "", -1))
+            stacks.append((frames, int(count)))
+        return stacks
+
+    def threads(self, db):
+        return json.loads(self.rep(["info", "--format", "json", db]))["threads"]
+
+
+def has_func(frames, name):
+    return any(f[0] == name or f[0].endswith("." + name) for f in frames)
+
+
+def test_hot(r, label, py, mode):
+    db = r.out("hot-%s-%s" % (label, mode))
+    script = os.path.join(WORK, "hot.py")
+    p = r.rec(["-o", db, "-r", "200"] + mode_flags(mode) + ["--", py, script, "2"])
+    if not r.check("%s %s hot: spawn exits 0" % (label, mode), p.returncode == 0, p.stderr):
+        return
+    stacks = r.folded(db)
+    total = sum(c for _, c in stacks)
+    in_hot = sum(c for fr, c in stacks if has_func(fr, "hot_loop"))
+    r.check("%s %s hot: enough samples" % (label, mode), total >= 150, "total=%d" % total)
+    r.check("%s %s hot: hot_loop in >= 90%% of samples" % (label, mode),
+            total and in_hot >= 0.9 * total, "%d/%d" % (in_hot, total))
+    leaf = {}
+    for fr, c in stacks:
+        key = (os.path.basename(fr[-1][1]), fr[-1][2])
+        leaf[key] = leaf.get(key, 0) + c
+    top = max(leaf.items(), key=lambda kv: kv[1])[0] if leaf else None
+    want = ("hot.py", line_of(script, "# HOT"))
+    r.check("%s %s hot: hottest line is hot.py:%d" % (label, mode, want[1]), top == want,
+            "got %s" % (top,))
+
+
+def test_ratio(r, label, py, mode):
+    db = r.out("ratio-%s-%s" % (label, mode))
+    p = r.rec(["-o", db, "-r", "500"] + mode_flags(mode)
+              + ["--", py, os.path.join(WORK, "ratio.py"), "3"])
+    if not r.check("%s %s ratio: spawn exits 0" % (label, mode), p.returncode == 0, p.stderr):
+        return
+    a = b = 0
+    for fr, c in r.folded(db):
+        if has_func(fr, "work_a"):
+            a += c
+        elif has_func(fr, "work_b"):
+            b += c
+    share = 100.0 * a / (a + b) if a + b else 0
+    r.check("%s %s ratio: work_a share %.1f%% within 5pp of 75%%" % (label, mode, share),
+            abs(share - 75.0) <= 5.0, "a=%d b=%d" % (a, b))
+
+
+def test_threads(r, label, py, mode):
+    db = r.out("threads-%s-%s" % (label, mode))
+    p = r.rec(["-o", db, "-r", "200"] + mode_flags(mode)
+              + ["--", py, os.path.join(WORK, "threads.py"), "2.5"])
+    if not r.check("%s %s threads: spawn exits 0" % (label, mode), p.returncode == 0, p.stderr):
+        return
+    workers = {"worker_one", "worker_two", "worker_three"}
+    seen = set()
+    sleeper_ok = None
+    for t in r.threads(db):
+        sel = str(t["ref"]) if "ref" in t else str(t["tid"])
+        busy = r.folded(db, ["--thread", sel])
+        everything = r.folded(db, ["--thread", sel, "--idle"])
+        funcs = set()
+        for fr, c in everything:
+            for f in fr:
+                funcs.add(f[0].split(".")[-1])
+        mine = funcs & workers
+        if len(mine) == 1:
+            w = mine.pop()
+            n_busy = sum(c for _, c in busy)
+            r.check("%s %s threads: %s has its own samples" % (label, mode, w),
+                    n_busy >= 50 and w not in seen, "busy=%d" % n_busy)
+            seen.add(w)
+        elif "sleeper" in funcs:
+            n_all = sum(c for _, c in everything)
+            n_busy = sum(c for _, c in busy)
+            sleeper_ok = n_all >= 50 and n_busy <= 0.1 * n_all
+            r.check("%s %s threads: sleeping thread is idle" % (label, mode), sleeper_ok,
+                    "on-cpu %d of %d" % (n_busy, n_all))
+        elif len(mine) > 1:
+            r.check("%s %s threads: one worker per thread" % (label, mode), False,
+                    "thread %s shows %s" % (sel, sorted(mine)))
+    r.check("%s %s threads: all three workers seen" % (label, mode), seen == workers,
+            "seen %s" % sorted(seen))
+    if sleeper_ok is None:
+        r.check("%s %s threads: sleeping thread found" % (label, mode), False)
+
+
+def adjacent(frames, caller, callee):
+    names = [f[0].split(".")[-1] for f in frames]
+    return any(names[i] == caller and names[i + 1] == callee for i in range(len(names) - 1))
+
+
+def test_generators(r, label, py, mode):
+    db = r.out("gen-%s-%s" % (label, mode))
+    p = r.rec(["-o", db, "-r", "300"] + mode_flags(mode)
+              + ["--", py, os.path.join(WORK, "generators.py"), "2"])
+    if not r.check("%s %s generators: spawn exits 0" % (label, mode), p.returncode == 0,
+                   p.stderr):
+        return
+    stacks = r.folded(db)
+    gen = sum(c for fr, c in stacks if adjacent(fr, "consume_generator", "numbers"))
+    coro = sum(c for fr, c in stacks if adjacent(fr, "drive_coroutine", "coroutine_body"))
+    r.check("%s %s generators: generator frame under its caller" % (label, mode), gen >= 20,
+            "samples=%d" % gen)
+    r.check("%s %s generators: coroutine frame under its caller" % (label, mode), coro >= 20,
+            "samples=%d" % coro)
+
+
+def test_exit_status(r, label, py, mode):
+    db = r.out("exit-%s-%s" % (label, mode))
+    p = r.rec(["-o", db] + mode_flags(mode) + ["--", py, os.path.join(WORK, "exits.py"), "7"])
+    r.check("%s %s spawn returns the program's exit status" % (label, mode), p.returncode == 7,
+            "got %d: %s" % (p.returncode, p.stderr))
+
+
+def proc_status(pid):
+    fields = {}
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            fields[k] = v.strip()
+    return fields
+
+
+def test_attach(r, label, py, mode):
+    db = r.out("attach-%s-%s" % (label, mode))
+    target = subprocess.Popen([py, os.path.join(WORK, "longrun.py")], stdout=subprocess.PIPE,
+                              universal_newlines=True)
+    try:
+        first = target.stdout.readline()
+        if not r.check("%s %s attach: target started" % (label, mode), first.startswith("ready")):
+            return
+        rec = subprocess.Popen([r.record, "-q", "-f", "-o", db, "-p", str(target.pid), "-d",
+                                "1.5"] + mode_flags(mode),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               universal_newlines=True)
+        sent = 0
+        deadline = time.time() + 1.2
+        time.sleep(0.2)
+        while time.time() < deadline:
+            os.kill(target.pid, signal.SIGUSR1)
+            sent += 1
+            time.sleep(0.1)
+        _, err = rec.communicate(timeout=60)
+        r.check("%s %s attach: recorder exits 0" % (label, mode), rec.returncode == 0, err)
+        time.sleep(0.3)
+        st = proc_status(target.pid)
+        r.check("%s %s attach: target still running" % (label, mode), target.poll() is None)
+        r.check("%s %s attach: target not traced" % (label, mode), st.get("TracerPid") == "0",
+                "TracerPid=%s" % st.get("TracerPid"))
+        r.check("%s %s attach: target not stopped" % (label, mode),
+                st.get("State", "")[:1] in ("R", "S"), "State=%s" % st.get("State"))
+        # Every signal sent while we were attached must have been delivered.
+        got = -1
+        end = time.time() + 5
+        while time.time() < end:
+            line = target.stdout.readline()
+            if line.startswith("alive"):
+                got = int(line.split()[1])
+                if got >= sent:
+                    break
+        r.check("%s %s attach: all %d signals delivered" % (label, mode, sent), got == sent,
+                "target counted %d" % got)
+        stacks = r.folded(db)
+        n = sum(c for fr, c in stacks if has_func(fr, "tick"))
+        r.check("%s %s attach: samples in tick()" % (label, mode), n >= 50, "n=%d" % n)
+    finally:
+        target.kill()
+        target.wait()
+
+
+def mode_flags(mode):
+    return ["--blocking"] if mode == "blocking" else []
+
+
+TESTS = [test_hot, test_ratio, test_threads, test_generators, test_exit_status, test_attach]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--record", required=True)
+    ap.add_argument("--report", required=True)
+    ap.add_argument("--only", help="run only interpreters whose label contains this")
+    ap.add_argument("--mode", choices=["nonblocking", "blocking"])
+    ap.add_argument("--test", help="run only tests whose name contains this")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args()
+    r = Runner(args)
+    interps = [i for i in interpreters() if not args.only or args.only in i[0]]
+    if not interps:
+        print("no interpreters found")
+        print("0 passed, 0 failed, 1 skipped")
+        return 0
+    print("interpreters: %s" % ", ".join(l for l, _ in interps))
+    modes = [args.mode] if args.mode else ["nonblocking", "blocking"]
+    try:
+        for label, py in interps:
+            for mode in modes:
+                for t in TESTS:
+                    if args.test and args.test not in t.__name__:
+                        continue
+                    try:
+                        t(r, label, py, mode)
+                    except Exception as e:  # a crash of one check must not hide others
+                        r.check("%s %s %s" % (label, mode, t.__name__), False, repr(e))
+    finally:
+        if r.failed == 0:
+            shutil.rmtree(r.tmp, ignore_errors=True)
+        else:
+            print("traces kept in %s" % r.tmp)
+    print("%d passed, %d failed, %d skipped" % (r.passed, r.failed, r.skipped))
+    return 1 if r.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
