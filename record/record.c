@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -312,7 +313,17 @@ struct recording {
         int child_status;
         uint64_t late;
         bool tty;
+        int64_t loop_cpu_ns;  /* the recorder's own CPU time while sampling */
+        uint64_t reads;       /* memory reads of samplers already closed */
 };
+
+static int64_t self_cpu_ns(void)
+{
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        return ((int64_t)ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000 +
+               ((int64_t)ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000;
+}
 
 static void status_line(struct recording *r, int64_t elapsed_ns, bool final)
 {
@@ -342,6 +353,9 @@ static void remove_sampler(struct recording *r, size_t i, int64_t t_ns)
         if (r->child && sampler_pid(s) == r->child && r->child_reaped)
                 status = wait_status_to_exit(r->child_status);
         trace_writer_end_process(r->w, sampler_pid(s), status, t_ns);
+        struct sampler_stats st;
+        sampler_get_stats(s, &st);
+        r->reads += st.reads;
         sampler_close(s);
         r->samplers[i] = r->samplers[--r->n_samplers];
 }
@@ -362,6 +376,7 @@ static int record_loop(struct recording *r)
 {
         const int64_t period = (int64_t)(1e9 / r->o->rate_hz);
         const int64_t start = pf_now_mono_ns();
+        const int64_t cpu_start = self_cpu_ns();
         int64_t next = start, last_status = 0, last_flush = start;
         char err[512];
         while (!stop_requested || r->child) {
@@ -421,6 +436,7 @@ static int record_loop(struct recording *r)
                         last_status = now;
                 }
         }
+        r->loop_cpu_ns = self_cpu_ns() - cpu_start;
         if (r->tty)
                 status_line(r, pf_now_mono_ns() - start, true);
         return 0;
@@ -571,6 +587,10 @@ int main(int argc, char **argv)
         int64_t end = pf_now_mono_ns();
         while (r.n_samplers)
                 remove_sampler(&r, r.n_samplers - 1, end);
+        /* What sampling cost us, for `pyflame-report info` and the benchmarks. */
+        trace_writer_set_meta_int(r.w, "recorder_cpu_ns", r.loop_cpu_ns);
+        trace_writer_set_meta_int(r.w, "missed_deadlines", (int64_t)r.late);
+        trace_writer_set_meta_int(r.w, "memory_reads", (int64_t)r.reads);
         if (trace_writer_finalize(r.w) < 0) {
                 fprintf(stderr, "%s: finishing %s: %s\n", prog, o.output,
                         trace_writer_errmsg(r.w));

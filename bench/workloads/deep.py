@@ -1,0 +1,42 @@
+# CPU-bound workload with a stack of a chosen depth, for the recorder
+# benchmark. Usage: deep.py DEPTH SECONDS      run for a time (0: forever)
+#                   deep.py DEPTH -N ITERS     do a fixed amount of work, print seconds taken
+import sys
+import time
+
+
+def leaf(n):
+    x = 0
+    for i in range(n):
+        x += i * i
+    return x
+
+
+def recurse(depth, fn):
+    if depth <= 1:
+        return fn()
+    return recurse(depth - 1, fn)
+
+
+def main():
+    depth = int(sys.argv[1])
+    if sys.argv[2] == "-N":
+        iters = int(sys.argv[3])
+        t0 = time.time()
+        recurse(depth - 2, lambda: [leaf(1000) for _ in range(iters)])
+        sys.stdout.write("%.6f\n" % (time.time() - t0))
+        return
+    secs = float(sys.argv[2])
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    end = time.time() + secs if secs > 0 else float("inf")
+
+    def spin():
+        while time.time() < end:
+            leaf(1000)
+
+    recurse(depth - 2, spin)
+
+
+if __name__ == "__main__":
+    main()
