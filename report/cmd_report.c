@@ -1,0 +1,513 @@
+/*
+ * cmd_report.c - `pyflame-report [report]`, the views of the samples of a
+ * trace: folded stacks (the default), and the --by-line and --by-function
+ * hotspot tables.
+ *
+ * Each view is a row of a table and a thin function over aggregate.c: the
+ * command parses options, opens the trace, resolves the selection, counts
+ * samples per stack in one library pass, hands the counts to the view, and
+ * writes the view's buffered output only when everything succeeded.
+ *
+ * Folded lines are sorted bytewise by their text (not by count): the order
+ * is then independent of the selection, so two reports diff line by line,
+ * and flamegraph.pl sorts the same way. Samples of a thread with no Python
+ * frame are kept, as the single pseudo frame "<no Python frame>", so that
+ * widths are true shares of the samples; the tables count them in the
+ * denominator and say how many there were.
+ */
+#include "report.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOP_DEFAULT 20
+
+struct report_opts {
+        struct select_opts select;
+        const struct view *view;
+        enum out_format format;
+        bool format_given;
+        size_t top;
+        bool top_given;
+        bool no_source;
+        const char *output;
+        const char *path;
+};
+
+/* What a view gets: the open trace, the selection's counts, the options, the output. */
+struct view_ctx {
+        struct trace_reader *r;
+        const char *path;
+        const struct stack_counts *sc;
+        const struct report_opts *opts;
+        struct out *out;
+};
+
+struct view {
+        const char *name;
+        /* Returns 0 or a negative trace_status. */
+        int (*render)(struct view_ctx *ctx);
+        bool table; /* csv is offered, and --top applies */
+};
+
+static double percent(uint64_t n, uint64_t total)
+{
+        return total ? 100.0 * (double)n / (double)total : 0.0;
+}
+
+/* ---- folded ---- */
+
+static void json_frame(struct out *o, const struct trace_frame *f)
+{
+        out_puts(o, "{\"function\": ");
+        out_json_string(o, f->function);
+        out_puts(o, ", \"qualname\": ");
+        out_json_string(o, f->qualname);
+        out_puts(o, ", \"file\": ");
+        out_json_string(o, f->file);
+        out_puts(o, f->line >= 0 ? ", \"line\": " : ", \"line\": null");
+        if (f->line >= 0)
+                out_printf(o, "%d", (int)f->line);
+        out_puts(o, f->first_line >= 0 ? ", \"first_line\": " : ", \"first_line\": null");
+        if (f->first_line >= 0)
+                out_printf(o, "%d", (int)f->first_line);
+        static const char *const kinds[] = {"python", "native", "special"};
+        unsigned k = (unsigned)f->kind;
+        out_puts(o, ", \"kind\": ");
+        out_json_string(o, k < 3 ? kinds[k] : "unknown");
+        out_puts(o, "}");
+}
+
+/*
+ * Folded stacks as JSON: a table of the frames used (in frame id order) and
+ * the stacks as lists of indexes into it, root first, in the order of the
+ * folded text. The shape of speedscope's "sampled" profiles.
+ */
+static int folded_json(struct view_ctx *ctx, const struct folded_set *fs)
+{
+        const struct trace_reader *r = ctx->r;
+        struct out *o = ctx->out;
+        uint32_t n_frames = trace_reader_frame_count(r);
+        uint32_t *index = calloc((size_t)n_frames + 1, sizeof(*index));
+        uint32_t *ids = NULL;
+        size_t cap = 0;
+        int rc = 0;
+        if (!index)
+                return TRACE_ERR_NOMEM;
+        for (size_t i = 0; i < fs->n; i++) {
+                uint32_t depth = trace_reader_stack_depth(r, fs->lines[i].stack);
+                if (depth > cap) {
+                        uint32_t *p = reallocarray(ids, depth, sizeof(*p));
+                        if (!p) {
+                                rc = TRACE_ERR_NOMEM;
+                                goto out;
+                        }
+                        ids = p;
+                        cap = depth;
+                }
+                int n = depth ? trace_reader_stack_frames(r, fs->lines[i].stack, ids, cap) : 0;
+                if (n < 0 || (uint32_t)n != depth) {
+                        rc = n < 0 ? n : TRACE_ERR_CORRUPT;
+                        goto out;
+                }
+                for (int j = 0; j < n; j++)
+                        if (ids[j] >= 1 && ids[j] <= n_frames)
+                                index[ids[j]] = 1;
+        }
+        out_printf(o, "{\"view\": \"folded\", \"samples\": %llu, \"frames\": [",
+                   (unsigned long long)ctx->sc->total);
+        uint32_t next = 0;
+        for (uint32_t id = 1; id <= n_frames; id++) {
+                if (!index[id])
+                        continue;
+                struct trace_frame f;
+                if ((rc = trace_reader_frame(r, id, &f)) < 0)
+                        goto out;
+                out_puts(o, next ? ",\n  " : "\n  ");
+                json_frame(o, &f);
+                index[id] = ++next;
+        }
+        out_puts(o, next ? "\n], \"stacks\": [" : "], \"stacks\": [");
+        for (size_t i = 0; i < fs->n; i++) {
+                int n = fs->lines[i].stack == TRACE_STACK_EMPTY
+                            ? 0
+                            : trace_reader_stack_frames(r, fs->lines[i].stack, ids, cap);
+                if (n < 0) {
+                        rc = n;
+                        goto out;
+                }
+                out_puts(o, i ? ",\n  {\"frames\": [" : "\n  {\"frames\": [");
+                for (int j = 0; j < n; j++)
+                        out_printf(o, j ? ", %u" : "%u", (unsigned)(index[ids[j]] - 1));
+                out_printf(o, "], \"count\": %llu}", (unsigned long long)fs->lines[i].count);
+        }
+        out_puts(o, fs->n ? "\n]}\n" : "]}\n");
+out:
+        free(index);
+        free(ids);
+        return rc;
+}
+
+static int view_folded(struct view_ctx *ctx)
+{
+        struct folded_set fs;
+        int rc = folded_build(ctx->r, ctx->sc, &fs);
+        if (rc < 0)
+                return rc;
+        if (ctx->opts->format == OUT_JSON) {
+                rc = folded_json(ctx, &fs);
+        } else {
+                for (size_t i = 0; i < fs.n; i++) {
+                        out_write(ctx->out, fs.lines[i].text, fs.lines[i].len);
+                        out_printf(ctx->out, " %llu\n", (unsigned long long)fs.lines[i].count);
+                }
+        }
+        folded_free(&fs);
+        return rc;
+}
+
+/* ---- hotspot tables ---- */
+
+static const struct table_column line_columns[] = {
+    {"SELF", "self", TABLE_COUNT, 0},
+    {"SELF%", "self_pct", TABLE_PERCENT, 0},
+    {"TOTAL", "total", TABLE_COUNT, 0},
+    {"TOTAL%", "total_pct", TABLE_PERCENT, 0},
+    {"LOCATION", "location", TABLE_TEXT, TABLE_TEXT_ONLY},
+    {"FILE", "file", TABLE_TEXT, TABLE_DATA_ONLY},
+    {"LINE", "line", TABLE_INT, TABLE_DATA_ONLY},
+    {"FUNCTION", "function", TABLE_TEXT, 0},
+    {"SOURCE", "source", TABLE_TEXT, 0},
+};
+
+static const struct table_column function_columns[] = {
+    {"SELF", "self", TABLE_COUNT, 0},
+    {"SELF%", "self_pct", TABLE_PERCENT, 0},
+    {"TOTAL", "total", TABLE_COUNT, 0},
+    {"TOTAL%", "total_pct", TABLE_PERCENT, 0},
+    {"FUNCTION", "function", TABLE_TEXT, 0},
+    {"LOCATION", "location", TABLE_TEXT, TABLE_TEXT_ONLY},
+    {"FILE", "file", TABLE_TEXT, TABLE_DATA_ONLY},
+    {"FIRST_LINE", "first_line", TABLE_INT, TABLE_DATA_ONLY},
+};
+
+#define N_COLUMNS(a) (sizeof(a) / sizeof((a)[0]))
+
+/* "file:line", or "file:?" when the line is unknown. Owned by the table. */
+static const char *location(struct table *t, const char *file, int32_t line)
+{
+        if (line < 0)
+                return table_printf(t, "%s:?", file ? file : "");
+        return table_printf(t, "%s:%d", file ? file : "", (int)line);
+}
+
+static int view_hot(struct view_ctx *ctx, enum hot_key key)
+{
+        const struct report_opts *opts = ctx->opts;
+        bool by_line = key == HOT_BY_LINE;
+        struct hot_table ht = {0};
+        int rc = hot_table_build(ctx->r, ctx->sc, key, &ht);
+        if (rc < 0)
+                return rc;
+        struct table t = {
+            .cols = by_line ? line_columns : function_columns,
+            .n_cols = by_line ? N_COLUMNS(line_columns) : N_COLUMNS(function_columns),
+        };
+        struct srcline_cache *src = NULL;
+        if (by_line && !opts->no_source && !(src = srcline_cache_new())) {
+                hot_table_free(&ht);
+                return TRACE_ERR_NOMEM;
+        }
+        uint64_t total = ctx->sc->total;
+        size_t shown = opts->top && opts->top < ht.n ? opts->top : ht.n;
+        for (size_t i = 0; i < shown; i++) {
+                const struct hot_row *row = &ht.rows[i];
+                struct table_cell *c = table_add_row(&t);
+                if (!c)
+                        break;
+                int32_t line = by_line ? row->f.line : row->f.first_line;
+                c[0].num = (int64_t)row->self;
+                c[1].pct = percent(row->self, total);
+                c[2].num = (int64_t)row->total;
+                c[3].pct = percent(row->total, total);
+                size_t k = by_line ? 4 : 5;
+                c[k].text = location(&t, row->f.file, line);
+                c[k + 1].text = row->f.file;
+                c[k + 2].num = line;
+                c[k + 2].null = line < 0;
+                c[by_line ? 7 : 4].text = frame_name(&row->f);
+                if (by_line) {
+                        char *s = src ? srcline_get(src, row->f.file, line) : NULL;
+                        c[8].text = s ? table_own(&t, s) : NULL;
+                        c[8].null = !s;
+                }
+        }
+        const char *what = by_line ? "lines" : "functions";
+        struct out *o = ctx->out;
+        if (opts->format == OUT_JSON) {
+                out_printf(o,
+                           "{\"view\": \"%s\", \"samples\": %llu, \"no_python_frame\": %llu, "
+                           "\"rows_total\": %zu, \"rows\": ",
+                           by_line ? "by-line" : "by-function", (unsigned long long)total,
+                           (unsigned long long)ht.no_frame, ht.n);
+                table_write(&t, OUT_JSON, o);
+                out_puts(o, "}\n");
+        } else if (opts->format == OUT_CSV) {
+                table_write(&t, OUT_CSV, o);
+        } else {
+                out_printf(o, "%llu samples", (unsigned long long)total);
+                if (ht.no_frame)
+                        out_printf(o, " (%llu with no Python frame)",
+                                   (unsigned long long)ht.no_frame);
+                if (shown < ht.n)
+                        out_printf(o, "; top %zu of %zu %s\n", shown, ht.n, what);
+                else
+                        out_printf(o, "; %zu %s\n", ht.n, what);
+                table_write(&t, OUT_TEXT, o);
+        }
+        if (t.nomem)
+                rc = TRACE_ERR_NOMEM;
+        table_free(&t);
+        srcline_cache_free(src);
+        hot_table_free(&ht);
+        return rc;
+}
+
+static int view_by_line(struct view_ctx *ctx)
+{
+        return view_hot(ctx, HOT_BY_LINE);
+}
+
+static int view_by_function(struct view_ctx *ctx)
+{
+        return view_hot(ctx, HOT_BY_FUNCTION);
+}
+
+static const struct view views[] = {
+    {"folded", view_folded, false},
+    {"by-line", view_by_line, true},
+    {"by-function", view_by_function, true},
+};
+
+/* ---- the command ---- */
+
+void cmd_report_help(void)
+{
+        printf("Usage: " REPORT_PROG " [report] [OPTIONS] TRACE\n"
+               "Print the samples of a trace as folded stacks (the default) or as a\n"
+               "table of hot lines or functions.\n"
+               "\n"
+               "Views:\n"
+               "      --folded           one 'frame;frame;... count' line per stack, root\n"
+               "                         first, sorted by text (for flamegraph.pl, speedscope)\n"
+               "      --by-line          hot lines: self and total samples, source text\n"
+               "      --by-function      hot functions: self and total samples\n"
+               "      --top N            rows of a table to show (default %d, 0 for all)\n"
+               "      --no-source        do not read source files for --by-line\n"
+               "      --format FORMAT    text, csv or json (folded stacks: text or json)\n"
+               "  -o, --output FILE      write to FILE (replaced only once complete)\n"
+               "\n"
+               "Selection (any view):\n"
+               "      --from TIME        from TIME after the start: 1.5s, 200ms, 10%%\n"
+               "      --to TIME          up to TIME after the start (same units)\n"
+               "      --pid PID[,PID..]  only these processes\n"
+               "      --thread T[,T..]   only these threads, each an OS thread id, a Python\n"
+               "                         thread id or a thread name\n"
+               "      --idle             include samples of threads that were not on CPU\n"
+               "      --gil              only samples of threads holding the GIL\n"
+               "\n"
+               "  -h, --help             this help\n"
+               "\n"
+               "Exit status: 0 on success, 2 on a usage error or a trace that cannot be read.\n",
+               TOP_DEFAULT);
+}
+
+enum {
+        OPT_FOLDED = 256,
+        OPT_BY_LINE,
+        OPT_BY_FUNCTION,
+        OPT_TOP,
+        OPT_NO_SOURCE,
+        OPT_FORMAT,
+        OPT_FROM,
+        OPT_TO,
+        OPT_PID,
+        OPT_THREAD,
+        OPT_IDLE,
+        OPT_GIL,
+};
+
+static const struct option long_options[] = {
+    {"folded", no_argument, NULL, OPT_FOLDED},
+    {"by-line", no_argument, NULL, OPT_BY_LINE},
+    {"by-function", no_argument, NULL, OPT_BY_FUNCTION},
+    {"top", required_argument, NULL, OPT_TOP},
+    {"no-source", no_argument, NULL, OPT_NO_SOURCE},
+    {"format", required_argument, NULL, OPT_FORMAT},
+    {"output", required_argument, NULL, 'o'},
+    {"from", required_argument, NULL, OPT_FROM},
+    {"to", required_argument, NULL, OPT_TO},
+    {"pid", required_argument, NULL, OPT_PID},
+    {"thread", required_argument, NULL, OPT_THREAD},
+    {"idle", no_argument, NULL, OPT_IDLE},
+    {"gil", no_argument, NULL, OPT_GIL},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+/*
+ * The option getopt_long() just refused, as the user wrote it: an unknown
+ * short option is in optopt, anything else was the last argument consumed.
+ */
+static const char *bad_option(char **argv, char *buf, size_t size)
+{
+        if (optopt > 0 && optopt < 256) {
+                snprintf(buf, size, "-%c", optopt);
+                return buf;
+        }
+        return optind > 0 && argv[optind - 1] ? argv[optind - 1] : "?";
+}
+
+/*
+ * Parse the command line into *o. Returns 0, 1 when --help was printed, or
+ * REPORT_EXIT_FAIL after a usage message.
+ */
+static int parse_args(int argc, char **argv, struct report_opts *o)
+{
+        o->view = &views[0];
+        o->top = TOP_DEFAULT;
+        const struct view *chosen = NULL;
+        opterr = 0;
+        optind = 1;
+        char buf[8];
+        for (;;) {
+                int c = getopt_long(argc, argv, ":ho:", long_options, NULL);
+                if (c == -1)
+                        break;
+                switch (c) {
+                case OPT_FOLDED:
+                case OPT_BY_LINE:
+                case OPT_BY_FUNCTION: {
+                        const struct view *v = &views[c - OPT_FOLDED];
+                        if (chosen && chosen != v)
+                                return report_usage(NULL,
+                                                    "--%s and --%s are different views; "
+                                                    "pick one",
+                                                    chosen->name, v->name);
+                        chosen = v;
+                        break;
+                }
+                case OPT_TOP: {
+                        char *end;
+                        errno = 0;
+                        unsigned long long v = strtoull(optarg, &end, 10);
+                        if (errno || end == optarg || *end || optarg[0] == '-' || v > SIZE_MAX)
+                                return report_usage(NULL,
+                                                    "--top: '%s' is not a number of rows "
+                                                    "(0 shows all)",
+                                                    optarg);
+                        o->top = (size_t)v;
+                        o->top_given = true;
+                        break;
+                }
+                case OPT_NO_SOURCE:
+                        o->no_source = true;
+                        break;
+                case OPT_FORMAT:
+                        if (!strcmp(optarg, "folded"))
+                                optarg = "text";
+                        if (out_format_parse(optarg, &o->format) < 0)
+                                return report_usage(NULL, "--format: '%s' is not text, csv or json",
+                                                    optarg);
+                        o->format_given = true;
+                        break;
+                case 'o':
+                        o->output = optarg;
+                        break;
+                case OPT_FROM:
+                        o->select.from = optarg;
+                        break;
+                case OPT_TO:
+                        o->select.to = optarg;
+                        break;
+                case OPT_PID:
+                case OPT_THREAD:
+                        if (select_opts_append(c == OPT_PID ? &o->select.pids : &o->select.threads,
+                                               optarg) < 0)
+                                return report_fail(NULL, "out of memory");
+                        break;
+                case OPT_IDLE:
+                        o->select.idle = true;
+                        break;
+                case OPT_GIL:
+                        o->select.gil = true;
+                        break;
+                case 'h':
+                        cmd_report_help();
+                        return 1;
+                case ':':
+                        return report_usage(NULL, "%s needs a value",
+                                            bad_option(argv, buf, sizeof(buf)));
+                default:
+                        return report_usage(NULL, "unknown option '%s'",
+                                            bad_option(argv, buf, sizeof(buf)));
+                }
+        }
+        if (chosen)
+                o->view = chosen;
+        if (optind >= argc)
+                return report_usage(NULL, "no trace file given");
+        if (optind + 1 < argc)
+                return report_usage(NULL, "one trace file at a time ('%s' is extra)",
+                                    argv[optind + 1]);
+        o->path = argv[optind];
+        if (!o->view->table && o->format == OUT_CSV)
+                return report_usage(NULL, "folded stacks come as text or json, not csv; "
+                                          "csv is for --by-line and --by-function");
+        if (!o->view->table && o->top_given)
+                return report_usage(NULL, "--top applies to --by-line and --by-function");
+        if (o->no_source && o->view != &views[1])
+                return report_usage(NULL, "--no-source applies to --by-line");
+        return select_opts_check(&o->select, NULL);
+}
+
+int cmd_report(int argc, char **argv)
+{
+        struct report_opts o = {0};
+        int rc = parse_args(argc, argv, &o);
+        if (rc) {
+                select_opts_free(&o.select);
+                return rc == 1 ? REPORT_EXIT_OK : rc;
+        }
+        struct trace_reader *r = NULL;
+        struct select sel = {0};
+        struct stack_counts sc = {0};
+        struct out out = {0};
+        if ((rc = report_open(o.path, &r)) != 0)
+                goto done;
+        if ((rc = select_resolve(r, o.path, &o.select, &sel)) != 0)
+                goto done;
+        int st = stack_counts_build(r, &sel.filter, &sc);
+        if (st == 0) {
+                struct view_ctx ctx = {.r = r, .path = o.path, .sc = &sc, .opts = &o, .out = &out};
+                st = o.view->render(&ctx);
+        }
+        if (st < 0) {
+                rc = report_read_failed(o.path, r, st);
+                goto done;
+        }
+        if (sc.total == 0)
+                report_fail(o.path, "note: no sample matches the selection%s",
+                            o.select.idle ? "" : " (threads off CPU are left out; try --idle)");
+        rc = out_commit(&out, o.output);
+done:
+        out_free(&out);
+        stack_counts_free(&sc);
+        select_free(&sel);
+        trace_reader_close(r);
+        select_opts_free(&o.select);
+        return rc;
+}

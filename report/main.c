@@ -1,0 +1,154 @@
+/*
+ * main.c - pyflame-report's entry point: the table of commands, the
+ * top-level --help and --version, and the messages every command prints the
+ * same way (one line, "pyflame-report: <file>: <problem>", exit status 2).
+ *
+ * The first argument picks a command from the table; anything else (an
+ * option or a trace file) goes to the default command, `report`, so that
+ * `pyflame-report run.db` prints folded stacks. A trace file that happens to
+ * be called like a command is reached as ./info.
+ */
+#include "report.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "pyflame-config.h"
+
+static const struct report_command commands[] = {
+    {"report", cmd_report, "print folded stacks or a hotspot table (the default)"},
+    {"info", cmd_info, "summarise a recording: duration, rate, threads, errors"},
+};
+
+#define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+/* Print `msg` with newlines and other control characters made spaces: one line. */
+static void put_one_line(const char *msg)
+{
+        for (const char *p = msg; *p; p++)
+                fputc((unsigned char)*p < 0x20 ? ' ' : *p, stderr);
+}
+
+static int vfail(const char *subject, const char *fmt, va_list ap)
+{
+        char msg[1024];
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        fputs(REPORT_PROG ": ", stderr);
+        if (subject) {
+                put_one_line(subject);
+                fputs(": ", stderr);
+        }
+        put_one_line(msg);
+        fputc('\n', stderr);
+        return REPORT_EXIT_FAIL;
+}
+
+int report_fail(const char *subject, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        vfail(subject, fmt, ap);
+        va_end(ap);
+        return REPORT_EXIT_FAIL;
+}
+
+int report_usage(const char *cmd, const char *fmt, ...)
+{
+        char msg[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        if (cmd)
+                return report_fail(NULL, "%s (see '" REPORT_PROG " %s --help')", msg, cmd);
+        return report_fail(NULL, "%s (see '" REPORT_PROG " --help')", msg);
+}
+
+/* What to tell the user for each way a trace can fail to open or read. */
+static const char *status_problem(int status)
+{
+        switch (status) {
+        case TRACE_ERR_NOMEM:
+                return "out of memory while reading the trace";
+        case TRACE_ERR_IO:
+                return "cannot read the file";
+        case TRACE_ERR_NOT_SQLITE:
+                return "not a pyflame trace (not a SQLite database at all)";
+        case TRACE_ERR_NOT_TRACE:
+                return "a SQLite database but not a pyflame trace (record one with pyflame-record)";
+        case TRACE_ERR_TOO_NEW:
+                return "written by a newer pyflame than this one; read it with that version's "
+                       "pyflame-report";
+        case TRACE_ERR_CORRUPT:
+                return "the trace is damaged or truncated; nothing was reported";
+        default:
+                return trace_status_str(status);
+        }
+}
+
+static int fail_status(const char *path, const struct trace_reader *r, int status)
+{
+        const char *detail = r ? trace_reader_errmsg(r) : "";
+        if (detail && *detail)
+                return report_fail(path, "%s (%s)", status_problem(status), detail);
+        return report_fail(path, "%s", status_problem(status));
+}
+
+int report_open(const char *path, struct trace_reader **out)
+{
+        /* Say plainly what is wrong with the path before the library looks inside. */
+        struct stat st;
+        if (stat(path, &st) < 0)
+                return report_fail(path, "%s", strerror(errno));
+        if (S_ISDIR(st.st_mode))
+                return report_fail(path, "is a directory, not a trace file");
+
+        struct trace_reader *r = NULL;
+        int rc = trace_reader_open(path, &r);
+        if (rc < 0) {
+                fail_status(path, r, rc);
+                trace_reader_close(r);
+                return REPORT_EXIT_FAIL;
+        }
+        *out = r;
+        return 0;
+}
+
+int report_read_failed(const char *path, const struct trace_reader *r, int status)
+{
+        return fail_status(path, r, status);
+}
+
+static void main_help(void)
+{
+        printf("Usage: " REPORT_PROG " [COMMAND] [OPTIONS] TRACE\n"
+               "Read a trace written by pyflame-record.\n\nCommands:\n");
+        for (size_t i = 0; i < N_COMMANDS; i++)
+                printf("  %-8s %s\n", commands[i].name, commands[i].summary);
+        printf("\nWithout a command, `report` runs. '" REPORT_PROG
+               " COMMAND --help' describes a command.\n\n");
+        cmd_report_help();
+}
+
+int main(int argc, char **argv)
+{
+        if (argc < 2)
+                return report_usage(NULL, "no trace file given");
+        const char *first = argv[1];
+        if (!strcmp(first, "--version") || !strcmp(first, "-V")) {
+                printf(REPORT_PROG " %s\n", PYFLAME_VERSION);
+                return fflush(stdout) == 0 ? REPORT_EXIT_OK : REPORT_EXIT_FAIL;
+        }
+        if (!strcmp(first, "--help") || !strcmp(first, "-h")) {
+                main_help();
+                return fflush(stdout) == 0 ? REPORT_EXIT_OK : REPORT_EXIT_FAIL;
+        }
+        for (size_t i = 0; i < N_COMMANDS; i++)
+                if (!strcmp(first, commands[i].name))
+                        return commands[i].run(argc - 1, argv + 1);
+        /* The default command sees the arguments as given, argv[0] included. */
+        return cmd_report(argc, argv);
+}

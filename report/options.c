@@ -1,0 +1,280 @@
+/*
+ * options.c - the sample selection every view shares, from command-line
+ * strings to a libtrace struct trace_filter.
+ *
+ * Selection happens in two steps because part of it needs the trace: the
+ * strings are checked before the file is opened (so a typo in --from fails
+ * fast), then resolved against the open trace: "10%" becomes a time from the
+ * recording's duration, a thread given by OS tid, Python thread id or name
+ * becomes the thread references samples carry, and a pid or thread that the
+ * trace does not have is an error that says how to list what it has, rather
+ * than an empty report.
+ */
+#include "report.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int select_opts_append(char **list, const char *arg)
+{
+        size_t old = *list ? strlen(*list) : 0;
+        size_t add = strlen(arg);
+        char *p = realloc(*list, old + 1 + add + 1);
+        if (!p)
+                return -1;
+        if (old)
+                p[old++] = ',';
+        memcpy(p + old, arg, add + 1);
+        *list = p;
+        return 0;
+}
+
+void select_opts_free(struct select_opts *o)
+{
+        free(o->pids);
+        free(o->threads);
+        o->pids = o->threads = NULL;
+}
+
+/*
+ * Visit the items of a comma-separated list, at most `max` bytes each; empty
+ * items are skipped. fn returns 0 to go on; its first non-zero is returned.
+ */
+static int foreach_item(const char *list, int (*fn)(void *ctx, const char *item), void *ctx)
+{
+        char item[256];
+        const char *p = list;
+        while (p && *p) {
+                const char *end = strchr(p, ',');
+                size_t n = end ? (size_t)(end - p) : strlen(p);
+                if (n >= sizeof(item))
+                        n = sizeof(item) - 1;
+                memcpy(item, p, n);
+                item[n] = '\0';
+                if (n) {
+                        int rc = fn(ctx, item);
+                        if (rc)
+                                return rc;
+                }
+                p = end ? end + 1 : NULL;
+        }
+        return 0;
+}
+
+static int parse_pid(const char *s, int32_t *pid)
+{
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (errno || end == s || *end || v <= 0 || v > INT32_MAX)
+                return -1;
+        *pid = (int32_t)v;
+        return 0;
+}
+
+static int check_pid(void *ctx, const char *item)
+{
+        int32_t pid;
+        if (parse_pid(item, &pid) < 0)
+                return report_usage(ctx, "--pid: '%s' is not a process id", item);
+        return 0;
+}
+
+static int count_item(void *ctx, const char *item)
+{
+        (void)item;
+        ++*(size_t *)ctx;
+        return 0;
+}
+
+int select_opts_check(const struct select_opts *o, const char *cmd)
+{
+        int64_t ns;
+        bool pct;
+        if (o->from && pf_parse_duration(o->from, &ns, &pct) < 0)
+                return report_usage(cmd, "--from: '%s' is not a time such as 1.5s, 200ms or 10%%",
+                                    o->from);
+        if (o->to && pf_parse_duration(o->to, &ns, &pct) < 0)
+                return report_usage(cmd, "--to: '%s' is not a time such as 1.5s, 200ms or 10%%",
+                                    o->to);
+        if (o->pids && foreach_item(o->pids, check_pid, (void *)cmd))
+                return REPORT_EXIT_FAIL;
+        /* An allow-list with no item would select everything: refuse it. */
+        size_t n = 0;
+        if (o->pids && !foreach_item(o->pids, count_item, &n) && n == 0)
+                return report_usage(cmd, "--pid needs at least one process id");
+        n = 0;
+        if (o->threads && !foreach_item(o->threads, count_item, &n) && n == 0)
+                return report_usage(cmd, "--thread needs at least one thread id or name");
+        return 0;
+}
+
+/*
+ * A time option as nanoseconds from the start: a duration as given, or a
+ * percentage (pf_parse_duration reports parts per 1e9) of the recording.
+ */
+static int64_t resolve_time(const char *s, int64_t duration_ns)
+{
+        int64_t ns = 0;
+        bool pct = false;
+        if (pf_parse_duration(s, &ns, &pct) < 0)
+                return -1; /* checked by select_opts_check */
+        if (!pct)
+                return ns;
+        return (int64_t)llround((double)duration_ns * ((double)ns / 1e9));
+}
+
+/* Human form of a time for messages: "1.500s". */
+static void format_seconds(char *buf, size_t size, int64_t ns)
+{
+        snprintf(buf, size, "%.3fs", (double)ns / 1e9);
+}
+
+struct resolve_ctx {
+        struct trace_reader *r;
+        const char *path;
+        struct select *out;
+        size_t n_pids, n_threads;
+};
+
+static int resolve_pid(void *ctx, const char *item)
+{
+        struct resolve_ctx *rc = ctx;
+        int32_t pid = 0;
+        parse_pid(item, &pid);
+        uint32_t n = trace_reader_process_count(rc->r);
+        bool found = false;
+        for (uint32_t i = 0; i < n && !found; i++) {
+                struct trace_process p;
+                if (trace_reader_process_at(rc->r, i, &p) == 0 && p.pid == pid)
+                        found = true;
+        }
+        if (!found)
+                return report_fail(rc->path,
+                                   "no process with pid %d was recorded (see '" REPORT_PROG
+                                   " info %s' for the processes)",
+                                   (int)pid, rc->path);
+        for (size_t i = 0; i < rc->n_pids; i++)
+                if (rc->out->pids[i] == pid)
+                        return 0;
+        rc->out->pids[rc->n_pids++] = pid;
+        return 0;
+}
+
+/* Does thread `t` answer to `item`: its name, or its OS or Python thread id? */
+static bool thread_matches(const struct trace_thread *t, const char *item)
+{
+        if (t->name && !strcmp(t->name, item))
+                return true;
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(item, &end, 10);
+        if (errno || end == item || *end || item[0] == '-')
+                return false;
+        return (t->tid >= 0 && (unsigned long long)t->tid == v) ||
+               (t->python_thread_id != 0 && t->python_thread_id == v);
+}
+
+static int resolve_thread(void *ctx, const char *item)
+{
+        struct resolve_ctx *rc = ctx;
+        uint32_t n = trace_reader_thread_count(rc->r);
+        bool found = false;
+        for (uint32_t i = 0; i < n; i++) {
+                struct trace_thread t;
+                if (trace_reader_thread_at(rc->r, i, &t) < 0 || !thread_matches(&t, item))
+                        continue;
+                found = true;
+                bool dup = false;
+                for (size_t j = 0; j < rc->n_threads && !dup; j++)
+                        dup = rc->out->threads[j] == t.ref;
+                if (!dup)
+                        rc->out->threads[rc->n_threads++] = t.ref;
+        }
+        if (!found)
+                return report_fail(rc->path,
+                                   "no thread is named '%s' or has that OS or Python thread id "
+                                   "(see '" REPORT_PROG " info %s' for the threads)",
+                                   item, rc->path);
+        return 0;
+}
+
+/* Items in a comma-separated list (an upper bound: empty items count too). */
+static size_t count_items(const char *list)
+{
+        size_t n = 1;
+        for (const char *p = list; *p; p++)
+                n += *p == ',';
+        return n;
+}
+
+int select_resolve(struct trace_reader *r, const char *path, const struct select_opts *o,
+                   struct select *out)
+{
+        struct select s = {0};
+        struct trace_filter *f = &s.filter;
+
+        if (o->from || o->to) {
+                struct trace_summary sum;
+                int st = trace_reader_summary(r, &sum);
+                if (st < 0)
+                        return report_read_failed(path, r, st);
+                int64_t from = o->from ? resolve_time(o->from, sum.duration_ns) : 0;
+                int64_t to = o->to ? resolve_time(o->to, sum.duration_ns) : 0;
+                /* to == 0 means "to the end" to libtrace: an explicit 0 is an empty range. */
+                if (o->to && to <= from) {
+                        char a[32], b[32];
+                        format_seconds(a, sizeof(a), from);
+                        format_seconds(b, sizeof(b), to);
+                        return report_fail(path,
+                                           "the time range is empty: --to (%s) is not after "
+                                           "--from (%s)",
+                                           b, a);
+                }
+                f->from_ns = from;
+                f->to_ns = to;
+        }
+
+        struct resolve_ctx rc = {.r = r, .path = path, .out = &s};
+        if (o->pids) {
+                s.pids = calloc(count_items(o->pids), sizeof(*s.pids));
+                if (!s.pids)
+                        return report_fail(path, "out of memory");
+                if (foreach_item(o->pids, resolve_pid, &rc)) {
+                        select_free(&s);
+                        return REPORT_EXIT_FAIL;
+                }
+                f->pids = s.pids;
+                f->n_pids = rc.n_pids;
+        }
+        if (o->threads) {
+                s.threads = calloc((size_t)trace_reader_thread_count(r) + 1, sizeof(*s.threads));
+                if (!s.threads) {
+                        select_free(&s);
+                        return report_fail(path, "out of memory");
+                }
+                if (foreach_item(o->threads, resolve_thread, &rc)) {
+                        select_free(&s);
+                        return REPORT_EXIT_FAIL;
+                }
+                f->threads = s.threads;
+                f->n_threads = rc.n_threads;
+        }
+        f->state_require = o->idle ? 0 : TRACE_STATE_ON_CPU;
+        if (o->gil)
+                f->state_require |= TRACE_STATE_HOLDS_GIL;
+        *out = s;
+        return 0;
+}
+
+void select_free(struct select *s)
+{
+        free(s->pids);
+        free(s->threads);
+        s->pids = NULL;
+        s->threads = NULL;
+}

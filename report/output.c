@@ -1,0 +1,432 @@
+/*
+ * output.c - pyflame-report's output: a buffer that holds everything a
+ * command prints until it has succeeded, its atomic commit to stdout or a
+ * file, the quoting rules of CSV and JSON, and tables printed in the three
+ * formats.
+ *
+ * Buffering is what keeps a failure from looking like a result: a trace that
+ * turns out damaged halfway through aggregation prints one error line and
+ * nothing on stdout, and -o never leaves a partial file (it writes a
+ * temporary file next to the target and renames it only when complete).
+ */
+#include "report.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int out_format_parse(const char *s, enum out_format *f)
+{
+        if (!strcmp(s, "text"))
+                *f = OUT_TEXT;
+        else if (!strcmp(s, "csv"))
+                *f = OUT_CSV;
+        else if (!strcmp(s, "json"))
+                *f = OUT_JSON;
+        else
+                return -1;
+        return 0;
+}
+
+void out_write(struct out *o, const char *s, size_t n)
+{
+        if (!o->nomem && pf_buf_append(&o->buf, s, n) < 0)
+                o->nomem = true;
+}
+
+void out_puts(struct out *o, const char *s)
+{
+        out_write(o, s, strlen(s));
+}
+
+void out_printf(struct out *o, const char *fmt, ...)
+{
+        char small[256];
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(small, sizeof(small), fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+                o->nomem = true;
+                return;
+        }
+        if ((size_t)n < sizeof(small)) {
+                out_write(o, small, (size_t)n);
+                return;
+        }
+        if (o->nomem || pf_buf_reserve(&o->buf, (size_t)n + 1) < 0) {
+                o->nomem = true;
+                return;
+        }
+        va_start(ap, fmt);
+        vsnprintf((char *)o->buf.data + o->buf.len, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+        o->buf.len += (size_t)n;
+}
+
+void out_json_string(struct out *o, const char *s)
+{
+        if (!s) {
+                out_puts(o, "null");
+                return;
+        }
+        out_write(o, "\"", 1);
+        const char *run = s;
+        for (const char *p = s; *p; p++) {
+                unsigned char c = (unsigned char)*p;
+                if (c >= 0x20 && c != '"' && c != '\\')
+                        continue;
+                out_write(o, run, (size_t)(p - run));
+                run = p + 1;
+                switch (c) {
+                case '"':
+                        out_puts(o, "\\\"");
+                        break;
+                case '\\':
+                        out_puts(o, "\\\\");
+                        break;
+                case '\n':
+                        out_puts(o, "\\n");
+                        break;
+                case '\t':
+                        out_puts(o, "\\t");
+                        break;
+                default:
+                        out_printf(o, "\\u%04x", c);
+                }
+        }
+        out_puts(o, run);
+        out_write(o, "\"", 1);
+}
+
+void out_csv_field(struct out *o, const char *s)
+{
+        if (!s)
+                return;
+        if (!strpbrk(s, ",\"\r\n")) {
+                out_puts(o, s);
+                return;
+        }
+        out_write(o, "\"", 1);
+        for (const char *p = s; *p; p++) {
+                if (*p == '"')
+                        out_write(o, "\"", 1);
+                out_write(o, p, 1);
+        }
+        out_write(o, "\"", 1);
+}
+
+/* Write all of [p, p+n) to fd. Returns 0 or -1 with errno set. */
+static int write_all(int fd, const uint8_t *p, size_t n)
+{
+        while (n > 0) {
+                ssize_t w = write(fd, p, n);
+                if (w < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -1;
+                }
+                p += w;
+                n -= (size_t)w;
+        }
+        return 0;
+}
+
+/* The temporary name for `path`: ".NAME.XXXXXX" in the same directory. */
+static char *temp_name_for(const char *path)
+{
+        const char *slash = strrchr(path, '/');
+        size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0;
+        const char *base = path + dir_len;
+        size_t n = dir_len + 1 + strlen(base) + sizeof(".XXXXXX");
+        char *t = malloc(n);
+        if (t)
+                snprintf(t, n, "%.*s.%s.XXXXXX", (int)dir_len, path, base);
+        return t;
+}
+
+static int commit_file(struct out *o, const char *path)
+{
+        struct stat st;
+        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+                return report_fail(path, "is a directory; give -o a file name");
+        char *tmp = temp_name_for(path);
+        if (!tmp)
+                return report_fail(path, "out of memory");
+        int fd = mkstemp(tmp);
+        if (fd < 0) {
+                int e = errno;
+                free(tmp);
+                return report_fail(path, "cannot create the output next to it: %s", strerror(e));
+        }
+        /* mkstemp makes the file 0600; give it the mode a plain creat() would. */
+        mode_t mask = umask(0);
+        umask(mask);
+        int rc = fchmod(fd, 0666 & ~mask) < 0 || write_all(fd, o->buf.data, o->buf.len) < 0 ||
+                         fsync(fd) < 0
+                     ? -1
+                     : 0;
+        int e = errno;
+        if (close(fd) < 0 && rc == 0) {
+                rc = -1;
+                e = errno;
+        }
+        if (rc == 0 && rename(tmp, path) < 0) {
+                rc = -1;
+                e = errno;
+        }
+        if (rc < 0) {
+                unlink(tmp);
+                free(tmp);
+                return report_fail(path, "cannot write the output: %s", strerror(e));
+        }
+        free(tmp);
+        return 0;
+}
+
+int out_commit(struct out *o, const char *path)
+{
+        if (o->nomem)
+                return report_fail(path, "out of memory while formatting the report");
+        if (path)
+                return commit_file(o, path);
+        if (write_all(STDOUT_FILENO, o->buf.data, o->buf.len) < 0)
+                return report_fail("stdout", "cannot write the output: %s", strerror(errno));
+        return 0;
+}
+
+void out_free(struct out *o)
+{
+        pf_buf_free(&o->buf);
+        o->nomem = false;
+}
+
+struct table_cell *table_add_row(struct table *t)
+{
+        if (t->n_rows == t->cap_rows) {
+                size_t cap = t->cap_rows ? 2 * t->cap_rows : 64;
+                struct table_cell *c = reallocarray(t->cells, cap * t->n_cols, sizeof(*c));
+                if (!c) {
+                        t->nomem = true;
+                        return NULL;
+                }
+                t->cells = c;
+                t->cap_rows = cap;
+        }
+        struct table_cell *row = t->cells + t->n_rows * t->n_cols;
+        memset(row, 0, t->n_cols * sizeof(*row));
+        t->n_rows++;
+        return row;
+}
+
+const char *table_own(struct table *t, char *s)
+{
+        if (!s) {
+                t->nomem = true;
+                return NULL;
+        }
+        if (t->n_owned == t->cap_owned) {
+                size_t cap = t->cap_owned ? 2 * t->cap_owned : 64;
+                char **p = reallocarray(t->owned, cap, sizeof(*p));
+                if (!p) {
+                        free(s);
+                        t->nomem = true;
+                        return NULL;
+                }
+                t->owned = p;
+                t->cap_owned = cap;
+        }
+        t->owned[t->n_owned++] = s;
+        return s;
+}
+
+const char *table_printf(struct table *t, const char *fmt, ...)
+{
+        char *s = NULL;
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vasprintf(&s, fmt, ap);
+        va_end(ap);
+        return table_own(t, n < 0 ? NULL : s);
+}
+
+void table_free(struct table *t)
+{
+        for (size_t i = 0; i < t->n_owned; i++)
+                free(t->owned[i]);
+        free(t->owned);
+        free(t->cells);
+        t->owned = NULL;
+        t->cells = NULL;
+        t->n_owned = t->cap_owned = t->n_rows = t->cap_rows = 0;
+}
+
+/* Format a numeric cell into buf; returns buf. Text cells are returned as they are. */
+static const char *cell_str(const struct table_column *col, const struct table_cell *c, char *buf,
+                            size_t size)
+{
+        if (c->null)
+                return col->kind == TABLE_TEXT ? "" : "-";
+        switch (col->kind) {
+        case TABLE_TEXT:
+                return c->text ? c->text : "";
+        case TABLE_COUNT:
+                snprintf(buf, size, "%llu", (unsigned long long)c->num);
+                return buf;
+        case TABLE_INT:
+                snprintf(buf, size, "%lld", (long long)c->num);
+                return buf;
+        case TABLE_PERCENT:
+                snprintf(buf, size, "%.2f", c->pct);
+                return buf;
+        }
+        return "";
+}
+
+/* Width on screen of a UTF-8 string, counting code points (good enough for names). */
+static size_t text_width(const char *s)
+{
+        size_t w = 0;
+        for (; *s; s++)
+                w += ((unsigned char)*s & 0xc0) != 0x80;
+        return w;
+}
+
+static void write_padded(struct out *o, const char *s, size_t width, bool right)
+{
+        size_t w = text_width(s);
+        if (right)
+                for (size_t i = w; i < width; i++)
+                        out_write(o, " ", 1);
+        out_puts(o, s);
+        if (!right)
+                for (size_t i = w; i < width; i++)
+                        out_write(o, " ", 1);
+}
+
+static void table_write_text(const struct table *t, struct out *o)
+{
+        size_t *width = calloc(t->n_cols, sizeof(*width));
+        if (!width) {
+                o->nomem = true;
+                return;
+        }
+        char buf[64];
+        for (size_t c = 0; c < t->n_cols; c++) {
+                width[c] = text_width(t->cols[c].title);
+                for (size_t r = 0; r < t->n_rows; r++) {
+                        const char *s =
+                            cell_str(&t->cols[c], &t->cells[r * t->n_cols + c], buf, sizeof(buf));
+                        size_t w = text_width(s);
+                        if (w > width[c])
+                                width[c] = w;
+                }
+        }
+        for (size_t r = 0; r <= t->n_rows; r++) {
+                /* Trailing blank cells are not padded, so lines carry no trailing spaces. */
+                size_t last = 0;
+                for (size_t c = 0; c < t->n_cols; c++) {
+                        if (t->cols[c].flags & TABLE_DATA_ONLY)
+                                continue;
+                        const char *s =
+                            r == 0 ? t->cols[c].title
+                                   : cell_str(&t->cols[c], &t->cells[(r - 1) * t->n_cols + c], buf,
+                                              sizeof(buf));
+                        if (*s)
+                                last = c + 1;
+                }
+                bool first = true;
+                for (size_t c = 0; c < last; c++) {
+                        const struct table_column *col = &t->cols[c];
+                        if (col->flags & TABLE_DATA_ONLY)
+                                continue;
+                        const char *s = r == 0 ? col->title
+                                               : cell_str(col, &t->cells[(r - 1) * t->n_cols + c],
+                                                          buf, sizeof(buf));
+                        if (!first)
+                                out_puts(o, "  ");
+                        first = false;
+                        bool right = col->kind != TABLE_TEXT;
+                        size_t w = c + 1 == last && !right ? 0 : width[c];
+                        write_padded(o, s, w, right);
+                }
+                out_write(o, "\n", 1);
+        }
+        free(width);
+}
+
+static void table_write_csv(const struct table *t, struct out *o)
+{
+        char buf[64];
+        for (size_t r = 0; r <= t->n_rows; r++) {
+                bool first = true;
+                for (size_t c = 0; c < t->n_cols; c++) {
+                        const struct table_column *col = &t->cols[c];
+                        if (col->flags & TABLE_TEXT_ONLY)
+                                continue;
+                        if (!first)
+                                out_write(o, ",", 1);
+                        first = false;
+                        if (r == 0) {
+                                out_csv_field(o, col->key);
+                                continue;
+                        }
+                        const struct table_cell *cell = &t->cells[(r - 1) * t->n_cols + c];
+                        out_csv_field(o, cell->null ? NULL : cell_str(col, cell, buf, sizeof(buf)));
+                }
+                out_write(o, "\n", 1);
+        }
+}
+
+static void table_write_json(const struct table *t, struct out *o)
+{
+        char buf[64];
+        out_write(o, "[", 1);
+        for (size_t r = 0; r < t->n_rows; r++) {
+                out_puts(o, r ? ",\n  {" : "\n  {");
+                bool first = true;
+                for (size_t c = 0; c < t->n_cols; c++) {
+                        const struct table_column *col = &t->cols[c];
+                        if (col->flags & TABLE_TEXT_ONLY)
+                                continue;
+                        if (!first)
+                                out_write(o, ", ", 2);
+                        first = false;
+                        out_json_string(o, col->key);
+                        out_write(o, ": ", 2);
+                        const struct table_cell *cell = &t->cells[r * t->n_cols + c];
+                        if (cell->null)
+                                out_puts(o, "null");
+                        else if (col->kind == TABLE_TEXT)
+                                out_json_string(o, cell->text);
+                        else
+                                out_puts(o, cell_str(col, cell, buf, sizeof(buf)));
+                }
+                out_write(o, "}", 1);
+        }
+        out_puts(o, t->n_rows ? "\n]" : "]");
+}
+
+void table_write(const struct table *t, enum out_format f, struct out *o)
+{
+        if (t->nomem) {
+                o->nomem = true;
+                return;
+        }
+        switch (f) {
+        case OUT_TEXT:
+                table_write_text(t, o);
+                break;
+        case OUT_CSV:
+                table_write_csv(t, o);
+                break;
+        case OUT_JSON:
+                table_write_json(t, o);
+                break;
+        }
+}

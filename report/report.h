@@ -1,0 +1,312 @@
+/*
+ * report.h - the internals shared by pyflame-report's source files.
+ *
+ * pyflame-report is a table of commands (main.c) over a few shared layers:
+ *   - options.c turns the view options every command shares (time range,
+ *     processes, threads, thread states) into a libtrace struct trace_filter;
+ *   - aggregate.c builds the aggregations views are made of (folded stacks,
+ *     per-line and per-function hotspots) from one trace_reader_count_by_stack()
+ *     pass, working per distinct stack, never per sample, so that a future
+ *     `diff` reuses exactly what a single report computes;
+ *   - output.c buffers everything a command prints and writes it only once
+ *     the command has succeeded (to stdout, or atomically to a file), and
+ *     prints tables as aligned text, CSV or JSON;
+ *   - srcline.c reads source lines for the hotspot tables, lazily and bounded.
+ * Nothing here knows the trace format: traces are read only through
+ * libtrace's public trace.h.
+ */
+#ifndef PYFLAME_REPORT_H
+#define PYFLAME_REPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pfutil.h"
+#include "trace.h"
+
+#define REPORT_PROG "pyflame-report"
+
+/*
+ * Exit statuses. Every failure (usage, unreadable or damaged trace, output
+ * that cannot be written) is 2; 1 is kept free for a future `diff` that
+ * fails a build on a regression, the way diff(1) uses 1 for "different".
+ */
+enum { REPORT_EXIT_OK = 0, REPORT_EXIT_FAIL = 2 };
+
+/* ------------------------------------------------------------------ */
+/* Commands (main.c and cmd_*.c)                                       */
+/* ------------------------------------------------------------------ */
+
+/* A command gets argv with argv[0] naming the command; returns an exit status. */
+struct report_command {
+        const char *name;
+        int (*run)(int argc, char **argv);
+        const char *summary;
+};
+
+int cmd_report(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+/* Print the help of the default `report` command (also the tool's main help). */
+void cmd_report_help(void);
+
+/* ------------------------------------------------------------------ */
+/* Messages (main.c)                                                   */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Print "pyflame-report: <subject>: <message>" as one line on stderr (just
+ * "pyflame-report: <message>" when subject is NULL). Returns REPORT_EXIT_FAIL
+ * so that callers can `return report_fail(...)`.
+ */
+int report_fail(const char *subject, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * A usage error of command `cmd` (NULL for the default view): one line that
+ * ends with the hint to run --help. Returns REPORT_EXIT_FAIL.
+ */
+int report_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * Open the trace at `path`. On success sets *out and returns 0; on failure
+ * prints the one-line "pyflame-report: <path>: <problem>" message (with what
+ * to do about it where there is something to do) and returns REPORT_EXIT_FAIL.
+ */
+int report_open(const char *path, struct trace_reader **out);
+
+/*
+ * Report a libtrace failure `status` met while reading `path` after it was
+ * opened (the file is damaged past what open could check). Returns
+ * REPORT_EXIT_FAIL.
+ */
+int report_read_failed(const char *path, const struct trace_reader *r, int status);
+
+/* ------------------------------------------------------------------ */
+/* Output (output.c)                                                   */
+/* ------------------------------------------------------------------ */
+
+enum out_format { OUT_TEXT, OUT_CSV, OUT_JSON };
+
+/* Parse "text", "csv" or "json". Returns 0, or -1 on anything else. */
+int out_format_parse(const char *s, enum out_format *f);
+
+/*
+ * Everything a command prints, held in memory until out_commit(). Zero-
+ * initialise. Appends never fail visibly: running out of memory sets `nomem`
+ * and out_commit() then reports it instead of writing a partial result.
+ */
+struct out {
+        struct pf_buf buf;
+        bool nomem;
+};
+
+void out_write(struct out *o, const char *s, size_t n);
+void out_puts(struct out *o, const char *s);
+void out_printf(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A JSON string literal for `s` (null when s is NULL), quotes included. */
+void out_json_string(struct out *o, const char *s);
+/* One CSV field for `s` (quoted when needed, empty when s is NULL). */
+void out_csv_field(struct out *o, const char *s);
+
+/*
+ * Write the buffered output to stdout (path NULL) or to `path`: there through
+ * a temporary file in the same directory renamed over `path` only once fully
+ * written, so a failure never leaves a partial file behind. Returns 0, or
+ * prints one line naming the problem and returns REPORT_EXIT_FAIL.
+ */
+int out_commit(struct out *o, const char *path);
+void out_free(struct out *o);
+
+/* A column of a table. Cells of numeric kinds print unquoted in JSON. */
+enum table_kind {
+        TABLE_TEXT,    /* cell.text */
+        TABLE_COUNT,   /* cell.num, an unsigned count */
+        TABLE_INT,     /* cell.num, printed plainly */
+        TABLE_PERCENT, /* cell.pct, printed with two decimals */
+};
+#define TABLE_TEXT_ONLY 0x1u /* shown in text tables only (a composite such as file:line) */
+#define TABLE_DATA_ONLY 0x2u /* in CSV and JSON only (the parts of that composite) */
+
+struct table_column {
+        const char *title; /* text and CSV header */
+        const char *key;   /* JSON member name */
+        enum table_kind kind;
+        unsigned flags;
+};
+
+/* A cell; `null` prints as empty text, empty CSV field or JSON null. */
+struct table_cell {
+        const char *text;
+        int64_t num;
+        double pct;
+        bool null;
+};
+
+/*
+ * Rows of cells under fixed columns. Zero-initialise with cols/n_cols set.
+ * Text cells point to strings that outlive the table, or to strings the table
+ * owns (table_own). Running out of memory sets `nomem`.
+ */
+struct table {
+        const struct table_column *cols;
+        size_t n_cols;
+        struct table_cell *cells;
+        size_t n_rows, cap_rows;
+        char **owned;
+        size_t n_owned, cap_owned;
+        bool nomem;
+};
+
+/* Append a row; returns its n_cols zeroed cells, or NULL when out of memory. */
+struct table_cell *table_add_row(struct table *t);
+/* Take ownership of malloc'ed `s` (freed with the table); returns s, or NULL. */
+const char *table_own(struct table *t, char *s);
+/* A printf-formatted string owned by the table, or NULL when out of memory. */
+const char *table_printf(struct table *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Print as aligned text with a header line, as CSV with a header, or as a JSON array. */
+void table_write(const struct table *t, enum out_format f, struct out *o);
+void table_free(struct table *t);
+
+/* ------------------------------------------------------------------ */
+/* View options and filters (options.c)                                */
+/* ------------------------------------------------------------------ */
+
+/* The sample selection every view accepts, as given on the command line. */
+struct select_opts {
+        const char *from, *to; /* durations or percentages, NULL when absent */
+        char *pids;            /* "PID[,PID...]": every --pid, comma-joined; malloc'ed */
+        char *threads;         /* "TID|PYID|NAME[,...]": every --thread likewise */
+        bool idle;             /* keep samples of threads that were not on CPU */
+        bool gil;              /* keep only samples holding the GIL */
+};
+
+/*
+ * Add the items of one --pid or --thread argument to `*list` (repeated
+ * options add up). Returns 0, or -1 when out of memory (list unchanged).
+ */
+int select_opts_append(char **list, const char *arg);
+
+/*
+ * Check what can be checked before the trace is open (durations parse, pids
+ * are numbers). Returns 0, or prints a usage error for command `cmd` and
+ * returns REPORT_EXIT_FAIL.
+ */
+int select_opts_check(const struct select_opts *o, const char *cmd);
+void select_opts_free(struct select_opts *o);
+
+/*
+ * A trace_filter resolved against an open trace: percentages of the
+ * recording's duration turned into times, thread names and ids into thread
+ * references. Owns the arrays the filter points to.
+ */
+struct select {
+        struct trace_filter filter;
+        int32_t *pids;
+        uint32_t *threads;
+};
+
+/*
+ * Resolve `o` against `r`. Returns 0, or prints one line naming what does not
+ * match (an unknown pid or thread, an empty time range) with the way to list
+ * what there is, and returns REPORT_EXIT_FAIL.
+ */
+int select_resolve(struct trace_reader *r, const char *path, const struct select_opts *o,
+                   struct select *out);
+void select_free(struct select *s);
+
+/* ------------------------------------------------------------------ */
+/* Aggregations (aggregate.c)                                          */
+/* ------------------------------------------------------------------ */
+
+/* Samples per stack id, from one trace_reader_count_by_stack() pass. */
+struct stack_counts {
+        uint64_t *counts; /* n_stacks entries, indexed by stack id */
+        uint32_t n_stacks;
+        uint64_t total; /* samples counted, the denominator of every percentage */
+};
+
+/* Count. Returns 0 or a negative trace_status (read the reader's errmsg). */
+int stack_counts_build(struct trace_reader *r, const struct trace_filter *f,
+                       struct stack_counts *out);
+void stack_counts_free(struct stack_counts *sc);
+
+/*
+ * The display name of a frame (its qualname when it has one) and its folded
+ * label: "name (file:line)", "name (file)" when the line is unknown, just
+ * "name" for pyflame's own pseudo frames. Appended to `b`; returns 0 or -1.
+ */
+const char *frame_name(const struct trace_frame *f);
+int frame_label(struct pf_buf *b, const struct trace_frame *f);
+
+/* The label folded output gives the samples of a thread with no Python frame. */
+#define FOLDED_EMPTY_LABEL "<no Python frame>"
+
+/* One line of folded output: a distinct label and its samples. */
+struct folded_line {
+        const char *text; /* root-first labels joined by ';', owned by the set */
+        size_t len;
+        uint32_t stack; /* the lowest stack id with this label */
+        uint64_t count;
+};
+
+struct folded_set {
+        struct folded_line *lines;
+        size_t n;
+        struct pf_buf text;
+};
+
+/*
+ * Fold the counted stacks into lines sorted by text (bytewise), stacks that
+ * print the same merged into one line. ';' and control characters inside a
+ * label are replaced by '?' so that the line splits back into its frames.
+ * Returns 0 or a negative trace_status.
+ */
+int folded_build(const struct trace_reader *r, const struct stack_counts *sc,
+                 struct folded_set *out);
+void folded_free(struct folded_set *fs);
+
+enum hot_key {
+        HOT_BY_LINE,     /* identity (file, line) */
+        HOT_BY_FUNCTION, /* identity (function, file, first_line) */
+};
+
+/* One row of a hotspot table. */
+struct hot_row {
+        uint32_t frame; /* the lowest frame id with this identity (its names are shown) */
+        struct trace_frame f;
+        uint64_t self;  /* samples with this at the top of the stack */
+        uint64_t total; /* samples with this anywhere on the stack, counted once */
+};
+
+struct hot_table {
+        struct hot_row *rows; /* sorted: self desc, total desc, then file, line, name */
+        size_t n;
+        uint64_t no_frame; /* samples with the empty stack (in no row) */
+};
+
+/* Build the table for `key`. Returns 0 or a negative trace_status. */
+int hot_table_build(const struct trace_reader *r, const struct stack_counts *sc, enum hot_key key,
+                    struct hot_table *out);
+void hot_table_free(struct hot_table *t);
+
+/* ------------------------------------------------------------------ */
+/* Source lines (srcline.c)                                            */
+/* ------------------------------------------------------------------ */
+
+struct srcline_cache;
+
+/* A new, empty cache, or NULL when out of memory. */
+struct srcline_cache *srcline_cache_new(void);
+
+/*
+ * Line `line` (1-based) of `file` as found on this machine, trimmed, control
+ * characters made spaces, cut to a screen's width: a malloc'ed string the
+ * caller owns, or NULL when the file cannot be read as text (absent, not a
+ * regular file, too big, binary), has no such line, or memory runs out. Each
+ * file is read at most once; the cache holds a bounded number of bytes.
+ */
+char *srcline_get(struct srcline_cache *c, const char *file, int32_t line);
+void srcline_cache_free(struct srcline_cache *c);
+
+#endif
