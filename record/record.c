@@ -30,6 +30,7 @@
 
 #include "pfutil.h"
 #include "pyfind.h"
+#include "proctree.h"
 #include "pyflame-config.h"
 #include "sampler.h"
 #include "trace.h"
@@ -59,6 +60,7 @@ struct options {
         bool blocking;
         bool dump;
         bool quiet;
+        bool subprocesses;   /* follow children and grandchildren */
         char **command;      /* spawn mode: argv of the program */
 };
 
@@ -82,6 +84,8 @@ static void usage(FILE *f)
                 "      --blocking         stop the target's threads while sampling (consistent\n"
                 "                         stacks, more overhead; needs ptrace permission)\n"
                 "      --nonblocking      never stop the target (default)\n"
+                "  -s, --subprocesses     also record child processes (started before or after\n"
+                "                         attaching: multiprocessing pools, subprocess, forks)\n"
                 "      --dump             print every thread's stack once and exit\n"
                 "  -q, --quiet            no status line or summary\n"
                 "  -h, --help             this help\n"
@@ -124,6 +128,7 @@ static int parse_args(int argc, char **argv, struct options *o)
                 {"blocking", no_argument, NULL, OPT_BLOCKING},
                 {"nonblocking", no_argument, NULL, OPT_NONBLOCKING},
                 {"dump", no_argument, NULL, OPT_DUMP},
+                {"subprocesses", no_argument, NULL, 's'},
                 {"quiet", no_argument, NULL, 'q'},
                 {"help", no_argument, NULL, 'h'},
                 {"version", no_argument, NULL, 'V'},
@@ -132,7 +137,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         o->rate_hz = 100;
         int c;
         /* '+': stop at the first non-option, so the command's own flags are left alone. */
-        while ((c = getopt_long(argc, argv, "+p:o:fr:d:qhV", longopts, NULL)) != -1) {
+        while ((c = getopt_long(argc, argv, "+p:o:fr:d:sqhV", longopts, NULL)) != -1) {
                 switch (c) {
                 case 'p':
                         if (parse_pids(optarg, o) < 0) {
@@ -172,6 +177,9 @@ static int parse_args(int argc, char **argv, struct options *o)
                         break;
                 case OPT_DUMP:
                         o->dump = true;
+                        break;
+                case 's':
+                        o->subprocesses = true;
                         break;
                 case 'q':
                         o->quiet = true;
@@ -315,6 +323,13 @@ struct recording {
         bool tty;
         int64_t loop_cpu_ns;  /* the recorder's own CPU time while sampling */
         uint64_t reads;       /* memory reads of samplers already closed */
+        /* --subprocesses: descendants that are not (yet) Python. */
+        struct candidate {
+                pid_t pid;
+                int64_t first_ns;
+                bool gave_up;
+        } *candidates;
+        size_t n_candidates, cap_candidates;
 };
 
 static int64_t self_cpu_ns(void)
@@ -371,13 +386,101 @@ static void reap_child(struct recording *r)
         }
 }
 
+static bool is_sampled(const struct recording *r, pid_t pid)
+{
+        for (size_t i = 0; i < r->n_samplers; i++)
+                if (sampler_pid(r->samplers[i]) == pid)
+                        return true;
+        return false;
+}
+
+static struct candidate *candidate_get(struct recording *r, pid_t pid, int64_t now)
+{
+        for (size_t i = 0; i < r->n_candidates; i++)
+                if (r->candidates[i].pid == pid)
+                        return &r->candidates[i];
+        if (r->n_candidates == r->cap_candidates) {
+                size_t cap = r->cap_candidates ? r->cap_candidates * 2 : 16;
+                struct candidate *c = realloc(r->candidates, cap * sizeof(*c));
+                if (!c)
+                        return NULL;
+                r->candidates = c;
+                r->cap_candidates = cap;
+        }
+        r->candidates[r->n_candidates] = (struct candidate){pid, now, false};
+        return &r->candidates[r->n_candidates++];
+}
+
+/*
+ * --subprocesses: start sampling Python descendants of the processes given
+ * on the command line. A new child may not be Python yet (fork, then exec):
+ * it is retried for two seconds before being left alone; its own children
+ * are still followed, since the tree is walked through every process.
+ */
+static void follow_children(struct recording *r, int64_t now)
+{
+        pid_t *kids;
+        int n = proctree_descendants(r->o->pids, r->o->n_pids, &kids);
+        if (n < 0)
+                return;
+        /* Forget candidates that are gone, so the list stays small. */
+        size_t kept = 0;
+        for (size_t i = 0; i < r->n_candidates; i++) {
+                bool alive = false;
+                for (int k = 0; k < n && !alive; k++)
+                        alive = kids[k] == r->candidates[i].pid;
+                if (alive)
+                        r->candidates[kept++] = r->candidates[i];
+        }
+        r->n_candidates = kept;
+        for (int k = 0; k < n && r->n_samplers < MAX_PIDS; k++) {
+                if (is_sampled(r, kids[k]))
+                        continue;
+                struct candidate *c = candidate_get(r, kids[k], now);
+                if (!c || c->gave_up)
+                        continue;
+                char err[512];
+                struct sampler *s;
+                int rc = sampler_open(kids[k], r->w, r->o->blocking, &s, err, sizeof(err));
+                if (rc == 0) {
+                        r->samplers[r->n_samplers++] = s;
+                        c->gave_up = true; /* sampled now; never retried */
+                } else if (rc != PYFIND_NOT_READY && rc != PYFIND_NOT_PYTHON) {
+                        c->gave_up = true;
+                        if (!r->o->quiet)
+                                fprintf(stderr, "%s%s: child %d: %s\n", r->tty ? "\n" : "", prog,
+                                        (int)kids[k], err);
+                } else if (now - c->first_ns > 2000000000LL) {
+                        c->gave_up = true;
+                }
+        }
+        free(kids);
+}
+
+/*
+ * Whether the recording should go on with no sampler: only with
+ * --subprocesses while a process given on the command line still lives
+ * (a shell that starts Python programs, say).
+ */
+static bool roots_alive(struct recording *r)
+{
+        if (!r->o->subprocesses)
+                return false;
+        if (r->child)
+                return !r->child_reaped;
+        for (size_t i = 0; i < r->o->n_pids; i++)
+                if (kill(r->o->pids[i], 0) == 0 || errno == EPERM)
+                        return true;
+        return false;
+}
+
 /* Sample until stopped. Returns 0, or an exit status for a fatal error. */
 static int record_loop(struct recording *r)
 {
         const int64_t period = (int64_t)(1e9 / r->o->rate_hz);
         const int64_t start = pf_now_mono_ns();
         const int64_t cpu_start = self_cpu_ns();
-        int64_t next = start, last_status = 0, last_flush = start;
+        int64_t next = start, last_status = 0, last_flush = start, last_follow = 0;
         char err[512];
         while (!stop_requested || r->child) {
                 if (stop_requested && r->child) {
@@ -401,6 +504,10 @@ static int record_loop(struct recording *r)
                         trace_writer_count_error(r->w, 0, TRACE_ERROR_LATE, missed);
                         next += (int64_t)missed * period;
                 }
+                if (r->o->subprocesses && now - last_follow >= 200000000) {
+                        follow_children(r, now);
+                        last_follow = now;
+                }
                 for (size_t i = 0; i < r->n_samplers;) {
                         int rc = sampler_tick(r->samplers[i], now, err, sizeof(err));
                         if (rc == -ESRCH) {
@@ -421,7 +528,7 @@ static int record_loop(struct recording *r)
                                 if (sampler_pid(r->samplers[i]) == r->child)
                                         remove_sampler(r, i, now);
                 }
-                if (r->n_samplers == 0)
+                if (r->n_samplers == 0 && !roots_alive(r))
                         break;
                 if (now - last_flush >= 1000000000) {
                         if (trace_writer_flush(r->w) < 0) {
@@ -563,9 +670,13 @@ int main(int argc, char **argv)
         int status = EXIT_OK;
         for (size_t i = 0; i < o.n_pids; i++) {
                 /* A program we started may take a while to map and start Python. */
-                int64_t wait = r.child ? 30000000000LL : 2000000000LL;
+                int64_t wait = r.child ? (o.subprocesses ? 1000000000LL : 30000000000LL)
+                                       : 2000000000LL;
                 rc = open_sampler(&r, o.pids[i], wait, &r.samplers[r.n_samplers], err,
                                   sizeof(err));
+                if (rc < 0 && o.subprocesses &&
+                    (rc == PYFIND_NOT_PYTHON || rc == PYFIND_NOT_READY))
+                        continue; /* not Python itself: its children may be */
                 if (rc < 0) {
                         fprintf(stderr, "%s: %s\n", prog, err);
                         status = exit_for_pyfind(rc);
@@ -601,6 +712,7 @@ int main(int argc, char **argv)
                         o.output);
         }
         trace_writer_free(r.w);
+        free(r.candidates);
         if (r.child) {
                 /* The program's exit status is ours; wait for it whatever happened. */
                 if (!r.child_reaped) {

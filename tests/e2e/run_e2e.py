@@ -106,8 +106,11 @@ class Runner:
             stacks.append((frames, int(count)))
         return stacks
 
+    def info(self, db):
+        return json.loads(self.rep(["info", "--format", "json", db]))
+
     def threads(self, db):
-        return json.loads(self.rep(["info", "--format", "json", db]))["threads"]
+        return self.info(db)["threads"]
 
 
 def has_func(frames, name):
@@ -276,11 +279,123 @@ def test_attach(r, label, py, mode):
         target.wait()
 
 
+def test_subprocesses(r, label, py, mode):
+    if mode == "blocking":
+        return  # one mode is enough: following children does not depend on it
+    db = r.out("pool-%s-%s" % (label, mode))
+    p = r.rec(["-o", db, "-r", "200", "--subprocesses"] + mode_flags(mode)
+              + ["--", py, os.path.join(WORK, "pool.py"), "2.5"])
+    if not r.check("%s %s subprocesses: spawn exits 0" % (label, mode), p.returncode == 0,
+                   p.stderr):
+        return
+    inf = r.info(db)
+    workers = 0
+    for proc in inf["processes"]:
+        stacks = r.folded(db, ["--pid", str(proc["pid"])])
+        if sum(c for fr, c in stacks if has_func(fr, "work_item")) >= 20:
+            workers += 1
+    r.check("%s %s subprocesses: >= 2 pool workers recorded in work_item" % (label, mode),
+            workers >= 2, "workers=%d processes=%d" % (workers, len(inf["processes"])))
+
+
+def unshare_cmd(label, py, script, args):
+    """A shell command that runs `py script args` from a path that exists only
+    inside new mount and PID namespaces (a copy on a private tmpfs)."""
+    if label.startswith("debian"):
+        setup = "cp %s /mnt/nspy/python" % py
+        run = "exec /mnt/nspy/python %s %s" % (script, args)
+    else:
+        prefix = os.path.dirname(os.path.dirname(py))
+        ver = re.match(r"(\d+\.\d+)", label).group(1)
+        lib = glob.glob(os.path.join(prefix, "lib", "libpython%s*.so.1.0" % ver))[0]
+        exe = os.path.realpath(py)
+        setup = "mkdir -p /mnt/nspy/lib && cp %s /mnt/nspy/python && cp %s /mnt/nspy/lib/" % (
+            exe, lib)
+        run = ("PYTHONHOME=%s LD_LIBRARY_PATH=/mnt/nspy/lib exec /mnt/nspy/python %s %s"
+               % (prefix, script, args))
+    return ["unshare", "--mount", "--pid", "--fork", "--mount-proc", "--propagation", "private",
+            "sh", "-c", "mount -t tmpfs none /mnt && mkdir -p /mnt/nspy && %s && %s"
+            % (setup, run)]
+
+
+def children_of(pid):
+    kids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    st = f.read()
+            except IOError:
+                continue
+            if int(st.rpartition(")")[2].split()[1]) == pid:
+                kids.append(int(d))
+    return kids
+
+
+CONTAINER_LABELS = ("debian-3.11", "2.7.18", "3.9.18", "3.12.1", "3.13.0")
+
+
+def test_container(r, label, py, mode):
+    if mode == "blocking" or label not in CONTAINER_LABELS:
+        return
+    if not shutil.which("unshare"):
+        r.skipped += 1
+        print("skip %s container: unshare not installed" % label)
+        return
+    db = r.out("container-%s" % label)
+    ns = subprocess.Popen(unshare_cmd(label, py, os.path.join(WORK, "threads.py"), "4"))
+    try:
+        pid = None
+        end = time.time() + 10
+        while time.time() < end and pid is None:
+            for k in children_of(ns.pid):
+                try:
+                    if os.readlink("/proc/%d/exe" % k).startswith("/mnt/nspy/python"):
+                        pid = k
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        if not r.check("%s container: interpreter started in new namespaces" % label,
+                       pid is not None):
+            return
+        time.sleep(0.5)
+        r.check("%s container: its binary does not exist outside" % label,
+                not os.path.exists(os.readlink("/proc/%d/exe" % pid)))
+        p = r.rec(["-o", db, "-r", "200", "-d", "2", "-p", str(pid)])
+        if not r.check("%s container: recorded from outside" % label, p.returncode == 0,
+                       p.stderr):
+            return
+        tids = set(int(t) for t in os.listdir("/proc/%d/task" % pid))
+        workers = set()
+        sleeper_idle = False
+        for t in r.info(db)["threads"]:
+            everything = r.folded(db, ["--thread", str(t["tid"]), "--idle"])
+            busy = sum(c for _, c in r.folded(db, ["--thread", str(t["tid"])]))
+            funcs = set(f[0].split(".")[-1] for fr, _ in everything for f in fr)
+            if funcs & {"worker_one", "worker_two", "worker_three"} and t["tid"] in tids:
+                workers |= funcs & {"worker_one", "worker_two", "worker_three"}
+            if "sleeper" in funcs and t["tid"] in tids:
+                n_all = sum(c for _, c in everything)
+                sleeper_idle = n_all >= 50 and busy <= 0.1 * n_all
+        r.check("%s container: threads carry host tids and their own functions" % label,
+                len(workers) == 3, "workers=%s" % sorted(workers))
+        r.check("%s container: sleeping thread idle (NSpid mapping)" % label, sleeper_idle)
+    finally:
+        ns.kill()
+        ns.wait()
+        if pid:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
 def mode_flags(mode):
     return ["--blocking"] if mode == "blocking" else []
 
 
-TESTS = [test_hot, test_ratio, test_threads, test_generators, test_exit_status, test_attach]
+TESTS = [test_hot, test_ratio, test_threads, test_generators, test_exit_status, test_attach,
+         test_subprocesses, test_container]
 
 
 def main():
