@@ -30,6 +30,16 @@ enum pyfind_status {
         PYFIND_NOT_READY = -5,    /* Python found but not initialised yet: retry later */
 };
 
+/* Where version_hex came from, best first (for messages and tests). */
+enum pyfind_version_source {
+        PYFIND_VSRC_NONE = 0,
+        PYFIND_VSRC_PY_VERSION,     /* the Py_Version constant (3.11+) */
+        PYFIND_VSRC_DEBUG_OFFSETS,  /* _Py_DebugOffsets.version at _PyRuntime (3.13+) */
+        PYFIND_VSRC_VERSION_STRING, /* Py_GetVersion()'s buffer in the target's memory */
+        PYFIND_VSRC_RODATA,         /* the PY_VERSION literal in the ELF's read-only data */
+        PYFIND_VSRC_FILE_NAME,      /* libpythonX.Y / pythonX.Y: major.minor only */
+};
+
 struct pyfind_target {
         pid_t pid;
         /* PY_VERSION_HEX: major<<24 | minor<<16 | micro<<8 | level<<4 | serial. */
@@ -49,6 +59,11 @@ struct pyfind_target {
         uint64_t gil_last_holder_addr; /* &gil_last_holder (3.6, static) */
         uint64_t code_type_addr;      /* &PyCode_Type */
         uint64_t str_type_addr;       /* &PyUnicode_Type (3.x) or &PyString_Type (2.7) */
+
+        /* Added by pyfind: how the above were found. */
+        uint64_t runtime_size;        /* sizeof _PyRuntime from its symbol or section, 0 if unknown */
+        bool runtime_from_section;    /* runtime_addr came from the .PyRuntime section */
+        uint8_t version_source;       /* enum pyfind_version_source */
 };
 
 /*

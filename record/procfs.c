@@ -1,0 +1,426 @@
+/*
+ * procfs.c - readers of /proc for the recorder: mappings, threads, thread
+ * states, NSpid and the command line.
+ *
+ * The text comes from the kernel but describes a process we do not trust:
+ * comm and paths are arbitrary bytes chosen by the target. Parsers therefore
+ * take explicit lengths, bound every number they read and every loop, and
+ * turn anything unexpected into -EINVAL rather than guessing. Files are read
+ * with plain open/read so that errors keep their errno (-ESRCH when the
+ * process or thread has gone, -EACCES when ptrace access is denied).
+ */
+#include "procfs.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Big enough for any stat line up to the state letter: "pid (comm) S" with comm <= 64 bytes. */
+#define STAT_READ_LEN 512
+/* Status files are ~1.5 KiB; NSpid is in the first few hundred bytes. */
+#define STATUS_READ_LEN 8192
+/* A maps line is at most the fixed fields plus a path of PATH_MAX bytes. */
+#define MAPS_LINE_LEN (PATH_MAX + 256)
+
+/* A missing /proc/PID entry means the process (or thread) is gone. */
+static int errno_code(int e)
+{
+        return e == ENOENT ? -ESRCH : -e;
+}
+
+/*
+ * Read up to cap-1 bytes of a /proc file into buf and NUL-terminate it.
+ * Returns the byte count or a negative errno.
+ */
+static ssize_t read_small_file(const char *path, char *buf, size_t cap)
+{
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return errno_code(errno);
+        size_t got = 0;
+        while (got + 1 < cap) {
+                ssize_t r = read(fd, buf + got, cap - 1 - got);
+                if (r < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        int e = errno;
+                        close(fd);
+                        return errno_code(e);
+                }
+                if (r == 0)
+                        break;
+                got += (size_t)r;
+        }
+        close(fd);
+        buf[got] = 0;
+        return (ssize_t)got;
+}
+
+/* Parse 1..16 hex digits at *p (< end); advances *p. */
+static int parse_hex(const char **p, const char *end, uint64_t *v)
+{
+        uint64_t x = 0;
+        int n = 0;
+        while (*p < end && n < 17) {
+                char c = **p;
+                unsigned d;
+                if (c >= '0' && c <= '9')
+                        d = (unsigned)(c - '0');
+                else if (c >= 'a' && c <= 'f')
+                        d = (unsigned)(c - 'a' + 10);
+                else if (c >= 'A' && c <= 'F')
+                        d = (unsigned)(c - 'A' + 10);
+                else
+                        break;
+                x = x << 4 | d;
+                n++;
+                (*p)++;
+        }
+        if (n == 0 || n > 16)
+                return -EINVAL;
+        *v = x;
+        return 0;
+}
+
+/* Parse 1..20 decimal digits at *p (< end) without overflow; advances *p. */
+static int parse_dec(const char **p, const char *end, uint64_t *v)
+{
+        uint64_t x = 0;
+        int n = 0;
+        while (*p < end && **p >= '0' && **p <= '9') {
+                unsigned d = (unsigned)(**p - '0');
+                if (x > (UINT64_MAX - d) / 10)
+                        return -EINVAL;
+                x = x * 10 + d;
+                n++;
+                (*p)++;
+        }
+        if (n == 0)
+                return -EINVAL;
+        *v = x;
+        return 0;
+}
+
+static int expect_char(const char **p, const char *end, char c)
+{
+        if (*p >= end || **p != c)
+                return -EINVAL;
+        (*p)++;
+        return 0;
+}
+
+static void skip_spaces(const char **p, const char *end)
+{
+        while (*p < end && (**p == ' ' || **p == '\t'))
+                (*p)++;
+}
+
+int procfs_parse_maps_line(char *line, size_t len, struct procfs_mapping *out)
+{
+        const char *p = line, *end = line + len;
+        struct procfs_mapping m = {0};
+        uint64_t dev_major, dev_minor;
+
+        while (end > p && (end[-1] == '\n' || end[-1] == 0))
+                end--;
+        if (parse_hex(&p, end, &m.start) < 0 || expect_char(&p, end, '-') < 0 ||
+            parse_hex(&p, end, &m.end) < 0 || expect_char(&p, end, ' ') < 0)
+                return -EINVAL;
+        if (m.end < m.start || end - p < 5)
+                return -EINVAL;
+        if (p[0] == 'r')
+                m.perms |= PROCFS_MAP_READ;
+        if (p[1] == 'w')
+                m.perms |= PROCFS_MAP_WRITE;
+        if (p[2] == 'x')
+                m.perms |= PROCFS_MAP_EXEC;
+        if (p[3] == 'p')
+                m.perms |= PROCFS_MAP_PRIVATE;
+        p += 4;
+        if (expect_char(&p, end, ' ') < 0 || parse_hex(&p, end, &m.offset) < 0 ||
+            expect_char(&p, end, ' ') < 0 || parse_hex(&p, end, &dev_major) < 0 ||
+            expect_char(&p, end, ':') < 0 || parse_hex(&p, end, &dev_minor) < 0 ||
+            expect_char(&p, end, ' ') < 0 || parse_dec(&p, end, &m.inode) < 0)
+                return -EINVAL;
+        if (dev_major > UINT_MAX || dev_minor > UINT_MAX)
+                return -EINVAL;
+        m.dev_major = (unsigned)dev_major;
+        m.dev_minor = (unsigned)dev_minor;
+        skip_spaces(&p, end);
+
+        static const char deleted[] = " (deleted)";
+        const size_t dlen = sizeof(deleted) - 1;
+        if ((size_t)(end - p) > dlen && memcmp(end - dlen, deleted, dlen) == 0) {
+                m.deleted = true;
+                end -= dlen;
+        }
+        /* end <= line + len: writing here is covered by the "room for len + 1" contract. */
+        line[end - line] = 0;
+        m.path = p;
+        *out = m;
+        return 0;
+}
+
+int procfs_maps_foreach(pid_t pid, procfs_maps_fn fn, void *ctx)
+{
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return errno_code(errno);
+        FILE *f = fdopen(fd, "r");
+        if (!f) {
+                int e = errno;
+                close(fd);
+                return -e;
+        }
+        char *line = malloc(MAPS_LINE_LEN);
+        if (!line) {
+                fclose(f);
+                return -ENOMEM;
+        }
+        int rc = 0;
+        bool skipping = false; /* inside the rest of an over-long line */
+        for (unsigned n = 0; n < PROCFS_MAX_MAP_LINES; n++) {
+                errno = 0;
+                if (!fgets(line, MAPS_LINE_LEN, f)) {
+                        if (ferror(f))
+                                rc = errno ? errno_code(errno) : -EIO;
+                        break;
+                }
+                size_t len = strlen(line);
+                bool complete = len > 0 && line[len - 1] == '\n';
+                if (skipping) {
+                        skipping = !complete;
+                        continue;
+                }
+                if (!complete && !feof(f)) {
+                        skipping = true;
+                        continue;
+                }
+                struct procfs_mapping m;
+                if (procfs_parse_maps_line(line, len, &m) < 0)
+                        continue;
+                rc = fn(ctx, &m);
+                if (rc != 0)
+                        break;
+        }
+        free(line);
+        fclose(f);
+        return rc;
+}
+
+static int cmp_pid(const void *a, const void *b)
+{
+        pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
+        return (x > y) - (x < y);
+}
+
+int procfs_list_tids(pid_t pid, pid_t **tids)
+{
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+        DIR *d = opendir(path);
+        if (!d)
+                return errno_code(errno);
+        size_t n = 0, cap = 16;
+        pid_t *v = malloc(cap * sizeof(*v));
+        if (!v) {
+                closedir(d);
+                return -ENOMEM;
+        }
+        struct dirent *de;
+        while (n < PROCFS_MAX_THREADS && (de = readdir(d)) != NULL) {
+                const char *s = de->d_name, *e = s + strlen(s);
+                uint64_t tid;
+                if (parse_dec(&s, e, &tid) < 0 || s != e || tid == 0 || tid > INT_MAX)
+                        continue;
+                if (n == cap) {
+                        pid_t *nv = realloc(v, 2 * cap * sizeof(*v));
+                        if (!nv) {
+                                free(v);
+                                closedir(d);
+                                return -ENOMEM;
+                        }
+                        v = nv;
+                        cap *= 2;
+                }
+                v[n++] = (pid_t)tid;
+        }
+        closedir(d);
+        qsort(v, n, sizeof(*v), cmp_pid);
+        *tids = v;
+        return (int)n;
+}
+
+int procfs_thread_open(pid_t pid, pid_t tid)
+{
+        char path[80];
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        return fd < 0 ? errno_code(errno) : fd;
+}
+
+int procfs_parse_stat_state(const char *buf, size_t len)
+{
+        const char *close_paren = NULL;
+        for (size_t i = len; i > 0; i--) {
+                if (buf[i - 1] == ')') {
+                        close_paren = buf + i - 1;
+                        break;
+                }
+        }
+        if (!close_paren)
+                return -EINVAL;
+        const char *p = close_paren + 1, *end = buf + len;
+        if (p + 2 > end || p[0] != ' ')
+                return -EINVAL;
+        char c = p[1];
+        if (c < 'A' || c > 'z' || (c > 'Z' && c < 'a'))
+                return -EINVAL;
+        return c;
+}
+
+int procfs_thread_state(int fd)
+{
+        char buf[STAT_READ_LEN];
+        ssize_t r;
+        do
+                r = pread(fd, buf, sizeof(buf), 0);
+        while (r < 0 && errno == EINTR);
+        if (r < 0)
+                return errno_code(errno);
+        if (r == 0)
+                return -ESRCH;
+        return procfs_parse_stat_state(buf, (size_t)r);
+}
+
+int procfs_thread_running(int fd)
+{
+        int s = procfs_thread_state(fd);
+        if (s < 0)
+                return s;
+        return s == 'R';
+}
+
+pid_t procfs_parse_nspid(const char *buf, size_t len)
+{
+        static const char key[] = "NSpid:";
+        const size_t klen = sizeof(key) - 1;
+        const char *end = buf + len, *p = buf;
+        /* Find the key at the start of a line. */
+        for (;;) {
+                if ((size_t)(end - p) >= klen && memcmp(p, key, klen) == 0)
+                        break;
+                const char *nl = memchr(p, '\n', (size_t)(end - p));
+                if (!nl)
+                        return -ENOENT;
+                p = nl + 1;
+        }
+        p += klen;
+        uint64_t last = 0;
+        int count = 0;
+        /* At most 33 levels of PID namespaces exist; the loop is bounded by len anyway. */
+        while (p < end && *p != '\n') {
+                skip_spaces(&p, end);
+                if (p >= end || *p == '\n')
+                        break;
+                uint64_t v;
+                if (parse_dec(&p, end, &v) < 0 || v == 0 || v > INT_MAX)
+                        return -EINVAL;
+                last = v;
+                count++;
+        }
+        if (count == 0)
+                return -EINVAL;
+        return (pid_t)last;
+}
+
+static pid_t nspid_of(pid_t pid, pid_t tid)
+{
+        char path[80], *buf = malloc(STATUS_READ_LEN);
+        if (!buf)
+                return -ENOMEM;
+        if (tid > 0)
+                snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)pid, (int)tid);
+        else
+                snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+        ssize_t n = read_small_file(path, buf, STATUS_READ_LEN);
+        pid_t r = n < 0 ? (pid_t)n : procfs_parse_nspid(buf, (size_t)n);
+        free(buf);
+        return r;
+}
+
+pid_t procfs_host_tid(pid_t pid, pid_t ns_tid)
+{
+        if (ns_tid <= 0)
+                return -EINVAL;
+        pid_t inner = nspid_of(pid, 0);
+        if (inner == -ENOENT || inner == pid) {
+                /* Same PID namespace as ours (or a kernel without NSpid): ids are host ids. */
+                char path[80];
+                struct stat st;
+                snprintf(path, sizeof(path), "/proc/%d/task/%d", (int)pid, (int)ns_tid);
+                if (stat(path, &st) == 0)
+                        return ns_tid;
+                return errno == ENOENT ? -ENOENT : -errno;
+        }
+        if (inner < 0)
+                return inner;
+        pid_t *tids = NULL;
+        int n = procfs_list_tids(pid, &tids);
+        if (n < 0)
+                return n;
+        pid_t found = -ENOENT;
+        for (int i = 0; i < n; i++) {
+                if (nspid_of(pid, tids[i]) == ns_tid) {
+                        found = tids[i];
+                        break;
+                }
+        }
+        free(tids);
+        return found;
+}
+
+int procfs_cmdline(pid_t pid, char *buf, size_t len)
+{
+        if (len == 0)
+                return -EINVAL;
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+        ssize_t n = read_small_file(path, buf, len);
+        if (n < 0)
+                return (int)n;
+        while (n > 0 && buf[n - 1] == 0)
+                n--;
+        if (n == 0) {
+                buf[0] = 0;
+                return -ENOENT;
+        }
+        for (ssize_t i = 0; i < n; i++)
+                if (buf[i] == 0)
+                        buf[i] = ' ';
+        buf[n] = 0;
+        return 0;
+}
+
+int procfs_comm(pid_t pid, char *buf, size_t len)
+{
+        if (len == 0)
+                return -EINVAL;
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+        ssize_t n = read_small_file(path, buf, len);
+        if (n < 0)
+                return (int)n;
+        while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == 0))
+                n--;
+        buf[n] = 0;
+        return 0;
+}
