@@ -48,11 +48,23 @@ static double thread_rate(const struct trace_thread *t)
         return thread_span(t, &n, &span) ? (double)n * 1e9 / (double)span : 0.0;
 }
 
-static int info_gather(struct trace_reader *r, struct info *in)
+/*
+ * Gather the summary, and read every sample once: info must not vouch for a
+ * trace whose samples cannot be read, nor for one holding another number of
+ * samples than it claims. Returns 0 or a negative status; *found is the
+ * number of samples read (TRACE_ERR_CORRUPT when it differs from the claim).
+ */
+static int info_gather(struct trace_reader *r, struct info *in, uint64_t *found)
 {
         int rc = trace_reader_summary(r, &in->sum);
         if (rc < 0)
                 return rc;
+        uint64_t *counts = NULL;
+        if ((rc = trace_reader_count_by_stack(r, NULL, &counts, found)) < 0)
+                return rc;
+        free(counts);
+        if (*found != in->sum.samples)
+                return TRACE_ERR_CORRUPT;
         uint64_t intervals = 0;
         double span = 0;
         uint32_t n = trace_reader_thread_count(r);
@@ -106,15 +118,15 @@ static int info_text(struct trace_reader *r, const char *path, const struct info
         for (int k = 0; k < TRACE_ERROR_KIND_COUNT && errors; k++)
                 out_printf(o, "%s%s %llu", k ? ", " : " (", error_names[k],
                            (unsigned long long)s->errors[k]);
-        out_printf(o, "%s\nstacks:     %u distinct, %u frames\n", errors ? ")" : "", s->stacks,
-                   s->frames);
+        out_printf(o, "%s\nstacks:     %u distinct\nframes:     %u distinct\n", errors ? ")" : "",
+                   s->stacks, s->frames);
 
         static const struct table_column process_columns[] = {
             {"PID", "pid", TABLE_INT, 0},          {"PYTHON", "python", TABLE_TEXT, 0},
             {"BUILD", "build", TABLE_TEXT, 0},     {"EXIT", "exit", TABLE_INT, 0},
             {"COMMAND", "command", TABLE_TEXT, 0},
         };
-        struct table pt = {.cols = process_columns, .n_cols = 5};
+        struct table pt = {.cols = process_columns, .n_cols = 5, .indent = 2};
         uint32_t np = trace_reader_process_count(r);
         for (uint32_t i = 0; i < np; i++) {
                 struct trace_process p;
@@ -142,12 +154,12 @@ static int info_text(struct trace_reader *r, const char *path, const struct info
             {"TID", "tid", TABLE_INT, 0},
             {"PYTHON_ID", "python_thread_id", TABLE_COUNT, 0},
             {"SAMPLES", "samples", TABLE_COUNT, 0},
-            {"RATE_HZ", "rate_hz", TABLE_PERCENT, 0},
-            {"FIRST_S", "first_s", TABLE_TEXT, 0},
-            {"LAST_S", "last_s", TABLE_TEXT, 0},
+            {"RATE_HZ", "rate_hz", TABLE_DECIMAL, 0},
+            {"FIRST_S", "first_s", TABLE_SECONDS, 0},
+            {"LAST_S", "last_s", TABLE_SECONDS, 0},
             {"NAME", "name", TABLE_TEXT, 0},
         };
-        struct table tt = {.cols = thread_columns, .n_cols = 8};
+        struct table tt = {.cols = thread_columns, .n_cols = 8, .indent = 2};
         uint32_t nt = trace_reader_thread_count(r);
         for (uint32_t i = 0; i < nt; i++) {
                 struct trace_thread t;
@@ -165,11 +177,11 @@ static int info_text(struct trace_reader *r, const char *path, const struct info
                 c[2].num = (int64_t)t.python_thread_id;
                 c[2].null = t.python_thread_id == 0;
                 c[3].num = (int64_t)t.samples;
-                c[4].pct = thread_rate(&t);
-                c[4].null = c[4].pct == 0;
-                c[5].text = t.first_ns >= 0 ? table_printf(&tt, "%.3f", t.first_ns / 1e9) : NULL;
+                c[4].real = thread_rate(&t);
+                c[4].null = c[4].real == 0;
+                c[5].num = t.first_ns;
                 c[5].null = t.first_ns < 0;
-                c[6].text = t.last_ns >= 0 ? table_printf(&tt, "%.3f", t.last_ns / 1e9) : NULL;
+                c[6].num = t.last_ns;
                 c[6].null = t.last_ns < 0;
                 c[7].text = t.name;
         }
@@ -179,7 +191,7 @@ static int info_text(struct trace_reader *r, const char *path, const struct info
 
         const char *key, *value;
         for (size_t i = 0; trace_reader_meta_at(r, i, &key, &value); i++)
-                out_printf(o, "%s%s = %s\n", i ? "" : "meta:\n", key, value ? value : "");
+                out_printf(o, "%s  %s = %s\n", i ? "" : "meta:\n", key, value ? value : "");
         return 0;
 }
 
@@ -362,11 +374,18 @@ int cmd_info(int argc, char **argv)
                 return rc;
         struct out out = {0};
         struct info in = {0};
-        int st = info_gather(r, &in);
+        uint64_t found = 0;
+        int st = info_gather(r, &in, &found);
         if (st == 0)
                 st = format == OUT_JSON ? info_json(r, path, &in, &out)
                                         : info_text(r, path, &in, &out);
-        rc = st < 0 ? report_read_failed(path, r, st) : out_commit(&out, output);
+        if (st == TRACE_ERR_CORRUPT && found != in.sum.samples)
+                rc = report_fail(path, "damaged trace: it claims %llu samples but %llu can be read",
+                                 (unsigned long long)in.sum.samples, (unsigned long long)found);
+        else if (st < 0)
+                rc = report_read_failed(path, r, st);
+        else
+                rc = out_commit(&out, output);
         out_free(&out);
         trace_reader_close(r);
         return rc;

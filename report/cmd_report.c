@@ -173,9 +173,9 @@ static int view_folded(struct view_ctx *ctx)
 
 static const struct table_column line_columns[] = {
     {"SELF", "self", TABLE_COUNT, 0},
-    {"SELF%", "self_pct", TABLE_PERCENT, 0},
+    {"SELF%", "self_pct", TABLE_DECIMAL, 0},
     {"TOTAL", "total", TABLE_COUNT, 0},
-    {"TOTAL%", "total_pct", TABLE_PERCENT, 0},
+    {"TOTAL%", "total_pct", TABLE_DECIMAL, 0},
     {"LOCATION", "location", TABLE_TEXT, TABLE_TEXT_ONLY},
     {"FILE", "file", TABLE_TEXT, TABLE_DATA_ONLY},
     {"LINE", "line", TABLE_INT, TABLE_DATA_ONLY},
@@ -185,9 +185,9 @@ static const struct table_column line_columns[] = {
 
 static const struct table_column function_columns[] = {
     {"SELF", "self", TABLE_COUNT, 0},
-    {"SELF%", "self_pct", TABLE_PERCENT, 0},
+    {"SELF%", "self_pct", TABLE_DECIMAL, 0},
     {"TOTAL", "total", TABLE_COUNT, 0},
-    {"TOTAL%", "total_pct", TABLE_PERCENT, 0},
+    {"TOTAL%", "total_pct", TABLE_DECIMAL, 0},
     {"FUNCTION", "function", TABLE_TEXT, 0},
     {"LOCATION", "location", TABLE_TEXT, TABLE_TEXT_ONLY},
     {"FILE", "file", TABLE_TEXT, TABLE_DATA_ONLY},
@@ -196,9 +196,14 @@ static const struct table_column function_columns[] = {
 
 #define N_COLUMNS(a) (sizeof(a) / sizeof((a)[0]))
 
-/* "file:line", or "file:?" when the line is unknown. Owned by the table. */
+/*
+ * "file:line", "file:?" when the line is unknown, "-" for a frame with no
+ * file (pyflame's pseudo frames). Owned by the table.
+ */
 static const char *location(struct table *t, const char *file, int32_t line)
 {
+        if (!file || !*file)
+                return "-";
         if (line < 0)
                 return table_printf(t, "%s:?", file ? file : "");
         return table_printf(t, "%s:%d", file ? file : "", (int)line);
@@ -230,9 +235,9 @@ static int view_hot(struct view_ctx *ctx, enum hot_key key)
                         break;
                 int32_t line = by_line ? row->f.line : row->f.first_line;
                 c[0].num = (int64_t)row->self;
-                c[1].pct = percent(row->self, total);
+                c[1].real = percent(row->self, total);
                 c[2].num = (int64_t)row->total;
-                c[3].pct = percent(row->total, total);
+                c[3].real = percent(row->total, total);
                 size_t k = by_line ? 4 : 5;
                 c[k].text = location(&t, row->f.file, line);
                 c[k + 1].text = row->f.file;

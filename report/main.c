@@ -67,7 +67,7 @@ int report_usage(const char *cmd, const char *fmt, ...)
         return report_fail(NULL, "%s (see '" REPORT_PROG " --help')", msg);
 }
 
-/* What to tell the user for each way a trace can fail to open or read. */
+/* What to tell the user for each way a trace can fail, when libtrace says nothing more. */
 static const char *status_problem(int status)
 {
         switch (status) {
@@ -89,12 +89,19 @@ static const char *status_problem(int status)
         }
 }
 
+/*
+ * libtrace's message names the problem precisely (and often the fix), so it
+ * is preferred; it may start with the path, which our prefix already gives.
+ */
 static int fail_status(const char *path, const struct trace_reader *r, int status)
 {
-        const char *detail = r ? trace_reader_errmsg(r) : "";
-        if (detail && *detail)
-                return report_fail(path, "%s (%s)", status_problem(status), detail);
-        return report_fail(path, "%s", status_problem(status));
+        const char *detail = r ? trace_reader_errmsg(r) : NULL;
+        if (!detail || !*detail)
+                return report_fail(path, "%s", status_problem(status));
+        size_t n = strlen(path);
+        if (!strncmp(detail, path, n) && !strncmp(detail + n, ": ", 2))
+                detail += n + 2;
+        return report_fail(path, "%s", detail);
 }
 
 int report_open(const char *path, struct trace_reader **out)
@@ -102,7 +109,7 @@ int report_open(const char *path, struct trace_reader **out)
         /* Say plainly what is wrong with the path before the library looks inside. */
         struct stat st;
         if (stat(path, &st) < 0)
-                return report_fail(path, "%s", strerror(errno));
+                return report_fail(path, "cannot open: %s", strerror(errno));
         if (S_ISDIR(st.st_mode))
                 return report_fail(path, "is a directory, not a trace file");
 

@@ -281,8 +281,11 @@ static const char *cell_str(const struct table_column *col, const struct table_c
         case TABLE_INT:
                 snprintf(buf, size, "%lld", (long long)c->num);
                 return buf;
-        case TABLE_PERCENT:
-                snprintf(buf, size, "%.2f", c->pct);
+        case TABLE_DECIMAL:
+                snprintf(buf, size, "%.2f", c->real);
+                return buf;
+        case TABLE_SECONDS:
+                snprintf(buf, size, "%.3f", (double)c->num / 1e9);
                 return buf;
         }
         return "";
@@ -340,6 +343,8 @@ static void table_write_text(const struct table *t, struct out *o)
                         if (*s)
                                 last = c + 1;
                 }
+                for (unsigned i = 0; i < t->indent; i++)
+                        out_write(o, " ", 1);
                 bool first = true;
                 for (size_t c = 0; c < last; c++) {
                         const struct table_column *col = &t->cols[c];

@@ -122,7 +122,8 @@ enum table_kind {
         TABLE_TEXT,    /* cell.text */
         TABLE_COUNT,   /* cell.num, an unsigned count */
         TABLE_INT,     /* cell.num, printed plainly */
-        TABLE_PERCENT, /* cell.pct, printed with two decimals */
+        TABLE_DECIMAL, /* cell.real, printed with two decimals (percentages, rates) */
+        TABLE_SECONDS, /* cell.num nanoseconds, printed as seconds with three decimals */
 };
 #define TABLE_TEXT_ONLY 0x1u /* shown in text tables only (a composite such as file:line) */
 #define TABLE_DATA_ONLY 0x2u /* in CSV and JSON only (the parts of that composite) */
@@ -138,7 +139,7 @@ struct table_column {
 struct table_cell {
         const char *text;
         int64_t num;
-        double pct;
+        double real;
         bool null;
 };
 
@@ -150,6 +151,7 @@ struct table_cell {
 struct table {
         const struct table_column *cols;
         size_t n_cols;
+        unsigned indent; /* spaces before each line of text output */
         struct table_cell *cells;
         size_t n_rows, cap_rows;
         char **owned;
