@@ -369,7 +369,9 @@ int cmd_info(int argc, char **argv)
                                     argv[optind + 1]);
         const char *path = argv[optind];
         struct trace_reader *r = NULL;
-        int rc = report_open(path, &r);
+        int rc = report_check_output(output, path);
+        if (rc == 0)
+                rc = report_open(path, &r);
         if (rc)
                 return rc;
         struct out out = {0};

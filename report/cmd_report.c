@@ -491,7 +491,8 @@ int cmd_report(int argc, char **argv)
         struct select sel = {0};
         struct stack_counts sc = {0};
         struct out out = {0};
-        if ((rc = report_open(o.path, &r)) != 0)
+        if ((rc = report_check_output(o.output, o.path)) != 0 ||
+            (rc = report_open(o.path, &r)) != 0)
                 goto done;
         if ((rc = select_resolve(r, o.path, &o.select, &sel)) != 0)
                 goto done;

@@ -193,10 +193,10 @@ int export_chrome(struct ex_model *m, const struct trace_filter *filter,
         if (rc == 0) {
                 for (uint32_t ref = 1; ref <= c.max_ref; ref++)
                         if (c.threads[ref].seen)
-                                ch_close(&c, &c.threads[ref], 0,
-                                         c.threads[ref].last_ns + c.period);
+                                ch_close(&c, &c.threads[ref], 0, c.threads[ref].last_ns + c.period);
                 ch_metadata(&c);
-                ex_puts(o, "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"exporter\":\"pyflame\"");
+                ex_puts(o,
+                        "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"exporter\":\"pyflame\"");
                 if (opt->title) {
                         ex_puts(o, ",\"title\":");
                         ex_json_str(o, opt->title);

@@ -33,7 +33,7 @@
 /* ---- hotspot tables ---- */
 
 struct hot_row {
-        uint32_t frame;   /* the first frame id with this identity */
+        uint32_t frame;       /* the first frame id with this identity */
         struct trace_frame f; /* that frame, whose names are shown */
         uint64_t self, total;
         uint32_t stamp; /* last stack + 1 whose total included this row */
@@ -103,7 +103,8 @@ static int hot_build(struct ex_model *m, bool by_line, struct hot_table *t)
 {
         int rc = hot_rows(m, by_line, t);
         if (rc < 0)
-                return rc == TRACE_ERR_NOMEM ? ex_fail(m, rc, "out of memory") : ex_fail_read(m, rc);
+                return rc == TRACE_ERR_NOMEM ? ex_fail(m, rc, "out of memory")
+                                             : ex_fail_read(m, rc);
         for (uint32_t s = 1; s < m->n_stacks; s++) {
                 uint64_t count = m->counts[s];
                 if (!count)
@@ -169,15 +170,16 @@ static int html_table(struct ex_out *o, struct ex_model *m, bool by_line)
         qsort_r(order, n, sizeof(*order), hot_cmp, &t);
 
         const char *id = by_line ? "lines" : "functions";
-        ex_printf(o, "<section id=\"%s\">\n<h2>%s</h2>\n", id,
-                  by_line ? "Lines" : "Functions");
+        ex_printf(o, "<section id=\"%s\">\n<h2>%s</h2>\n", id, by_line ? "Lines" : "Functions");
         ex_printf(o, "<table class=\"hot sortable\" id=\"%s-table\">\n<thead><tr>", id);
         if (by_line)
                 ex_puts(o, "<th>Line</th><th>Function</th>");
         else
                 ex_puts(o, "<th>Function</th><th>File</th><th>First line</th>");
-        ex_puts(o, "<th class=\"num\">Self</th><th class=\"num\">Self %</th>"
-                   "<th class=\"num\">Total</th><th class=\"num\">Total %</th></tr></thead>\n<tbody>\n");
+        ex_puts(
+            o,
+            "<th class=\"num\">Self</th><th class=\"num\">Self %</th>"
+            "<th class=\"num\">Total</th><th class=\"num\">Total %</th></tr></thead>\n<tbody>\n");
         for (uint32_t i = 0; i < n && i < HTML_MAX_ROWS; i++) {
                 const struct hot_row *row = &t.rows[order[i]];
                 const struct trace_frame *l = &row->f; /* function: the shown name */
@@ -206,7 +208,8 @@ static int html_table(struct ex_out *o, struct ex_model *m, bool by_line)
         }
         ex_puts(o, "</tbody>\n</table>\n");
         if (n > HTML_MAX_ROWS)
-                ex_printf(o, "<p class=\"note\">%u more rows with fewer samples are not shown.</p>\n",
+                ex_printf(o,
+                          "<p class=\"note\">%u more rows with fewer samples are not shown.</p>\n",
                           n - HTML_MAX_ROWS);
         if (m->counts[TRACE_STACK_EMPTY])
                 ex_printf(o,
@@ -355,8 +358,9 @@ static void tl_draw(struct ex_out *o, const struct tl_state *c, const uint32_t *
                         snprintf(name, sizeof(name), "thread %u", ref);
                 }
                 uint64_t samples = is_other ? m->total - in_rows : c->thread_total[ref];
-                ex_printf(o, "<g class=\"thread-row\" data-samples=\"%" PRIu64 "\"><text x=\"%.0f\" "
-                             "y=\"%.1f\" text-anchor=\"end\">",
+                ex_printf(o,
+                          "<g class=\"thread-row\" data-samples=\"%" PRIu64 "\"><text x=\"%.0f\" "
+                          "y=\"%.1f\" text-anchor=\"end\">",
                           samples, HTML_LABEL_WIDTH - 8, y + HTML_STRIP_HEIGHT - 4);
                 ex_xml_text(o, name);
                 ex_puts(o, "</text>\n");
@@ -430,46 +434,46 @@ static int html_timeline(struct ex_out *o, struct ex_model *m, const struct trac
 /* ---- the page ---- */
 
 static const char html_css[] =
-        "body { font-family: -apple-system, 'Segoe UI', Verdana, sans-serif; margin: 16px 24px; "
-        "color: #222; background: #fff; }\n"
-        "h1 { font-size: 22px; margin: 0 0 4px 0; }\n"
-        "h2 { font-size: 17px; margin: 28px 0 8px 0; border-bottom: 1px solid #ddd; }\n"
-        ".summary { color: #555; margin: 0 0 8px 0; }\n"
-        "dl.meta { display: grid; grid-template-columns: max-content auto; gap: 2px 16px; "
-        "font-size: 13px; margin: 8px 0; }\n"
-        "dl.meta dt { color: #777; } dl.meta dd { margin: 0; font-family: monospace; }\n"
-        ".searchbar { margin: 4px 0 8px 0; } .searchbar input { width: 320px; padding: 3px; }\n"
-        "table.hot { border-collapse: collapse; font-size: 13px; }\n"
-        "table.hot th, table.hot td { padding: 2px 10px; border-bottom: 1px solid #eee; "
-        "text-align: left; }\n"
-        "table.hot th { cursor: pointer; background: #f6f6f6; position: sticky; top: 0; }\n"
-        "table.hot .num { text-align: right; font-variant-numeric: tabular-nums; }\n"
-        "table.hot .loc { font-family: monospace; }\n"
-        ".note { color: #777; font-size: 13px; }\n"
-        "svg.timeline text { font-size: 11px; font-family: Verdana, sans-serif; }\n"
-        "svg.timeline .oncpu { fill: #e8702a; } svg.timeline .idle { fill: #b8b8b8; }\n"
-        "svg.timeline .strip { fill: #c0392b; }\n"
-        ".key { display: inline-block; width: 12px; height: 12px; vertical-align: middle; }\n"
-        ".key.oncpu { background: #e8702a; } .key.idle { background: #b8b8b8; }\n";
+    "body { font-family: -apple-system, 'Segoe UI', Verdana, sans-serif; margin: 16px 24px; "
+    "color: #222; background: #fff; }\n"
+    "h1 { font-size: 22px; margin: 0 0 4px 0; }\n"
+    "h2 { font-size: 17px; margin: 28px 0 8px 0; border-bottom: 1px solid #ddd; }\n"
+    ".summary { color: #555; margin: 0 0 8px 0; }\n"
+    "dl.meta { display: grid; grid-template-columns: max-content auto; gap: 2px 16px; "
+    "font-size: 13px; margin: 8px 0; }\n"
+    "dl.meta dt { color: #777; } dl.meta dd { margin: 0; font-family: monospace; }\n"
+    ".searchbar { margin: 4px 0 8px 0; } .searchbar input { width: 320px; padding: 3px; }\n"
+    "table.hot { border-collapse: collapse; font-size: 13px; }\n"
+    "table.hot th, table.hot td { padding: 2px 10px; border-bottom: 1px solid #eee; "
+    "text-align: left; }\n"
+    "table.hot th { cursor: pointer; background: #f6f6f6; position: sticky; top: 0; }\n"
+    "table.hot .num { text-align: right; font-variant-numeric: tabular-nums; }\n"
+    "table.hot .loc { font-family: monospace; }\n"
+    ".note { color: #777; font-size: 13px; }\n"
+    "svg.timeline text { font-size: 11px; font-family: Verdana, sans-serif; }\n"
+    "svg.timeline .oncpu { fill: #e8702a; } svg.timeline .idle { fill: #b8b8b8; }\n"
+    "svg.timeline .strip { fill: #c0392b; }\n"
+    ".key { display: inline-block; width: 12px; height: 12px; vertical-align: middle; }\n"
+    ".key.oncpu { background: #e8702a; } .key.idle { background: #b8b8b8; }\n";
 
 /* Click a column header to sort a table by it (numbers descending first). */
 static const char html_table_js[] =
-        "document.querySelectorAll('table.sortable').forEach(function (table) {\n"
-        "  table.querySelectorAll('th').forEach(function (th, col) {\n"
-        "    th.addEventListener('click', function () {\n"
-        "      var body = table.tBodies[0], rows = [].slice.call(body.rows);\n"
-        "      var num = th.classList.contains('num'), dir = th.dataset.dir === 'down' ? 1 : -1;\n"
-        "      if (!num) dir = -dir;\n"
-        "      th.dataset.dir = dir === -1 ? (num ? 'down' : 'up') : (num ? 'up' : 'down');\n"
-        "      rows.sort(function (a, b) {\n"
-        "        var x = a.cells[col].textContent, y = b.cells[col].textContent;\n"
-        "        if (num) return dir * (parseFloat(x || '0') - parseFloat(y || '0'));\n"
-        "        return dir * x.localeCompare(y);\n"
-        "      });\n"
-        "      rows.forEach(function (r) { body.appendChild(r); });\n"
-        "    });\n"
-        "  });\n"
-        "});\n";
+    "document.querySelectorAll('table.sortable').forEach(function (table) {\n"
+    "  table.querySelectorAll('th').forEach(function (th, col) {\n"
+    "    th.addEventListener('click', function () {\n"
+    "      var body = table.tBodies[0], rows = [].slice.call(body.rows);\n"
+    "      var num = th.classList.contains('num'), dir = th.dataset.dir === 'down' ? 1 : -1;\n"
+    "      if (!num) dir = -dir;\n"
+    "      th.dataset.dir = dir === -1 ? (num ? 'down' : 'up') : (num ? 'up' : 'down');\n"
+    "      rows.sort(function (a, b) {\n"
+    "        var x = a.cells[col].textContent, y = b.cells[col].textContent;\n"
+    "        if (num) return dir * (parseFloat(x || '0') - parseFloat(y || '0'));\n"
+    "        return dir * x.localeCompare(y);\n"
+    "      });\n"
+    "      rows.forEach(function (r) { body.appendChild(r); });\n"
+    "    });\n"
+    "  });\n"
+    "});\n";
 
 static void html_meta_row(struct ex_out *o, const char *key, const char *value)
 {
@@ -501,7 +505,8 @@ static void html_header(struct ex_out *o, struct ex_model *m, const char *title)
                 time_t secs = (time_t)(strtoll(wall, NULL, 10) / 1000000000);
                 struct tm tm;
                 char when[64];
-                if (gmtime_r(&secs, &tm) && strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm))
+                if (gmtime_r(&secs, &tm) &&
+                    strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm))
                         html_meta_row(o, "started", when);
         }
         html_meta_row(o, "command", trace_reader_meta(r, TRACE_META_CMDLINE));
@@ -519,7 +524,8 @@ static void html_header(struct ex_out *o, struct ex_model *m, const char *title)
         snprintf(num, sizeof(num), "%" PRIu64, errors);
         html_meta_row(o, "sampling errors", num);
         if (!m->summary.finalized)
-                html_meta_row(o, "note", "the recording did not finish; it ends at its last commit");
+                html_meta_row(o, "note",
+                              "the recording did not finish; it ends at its last commit");
         ex_puts(o, "</dl>\n</header>\n");
 }
 
@@ -531,16 +537,17 @@ int export_html(struct ex_model *m, const struct trace_filter *filter,
 
         char subtitle[256];
         ex_model_describe(m, subtitle, sizeof(subtitle));
-        ex_printf(o, "<section id=\"flame\">\n<h2>%s</h2>\n", opt->icicle ? "Icicle graph" : "Flame graph");
+        ex_printf(o, "<section id=\"flame\">\n<h2>%s</h2>\n",
+                  opt->icicle ? "Icicle graph" : "Flame graph");
         ex_puts(o, "<div class=\"searchbar\"><input id=\"search\" type=\"search\" "
                    "placeholder=\"Search frames (a regular expression)\"/> click a frame to zoom, "
                    "\"all\" or Reset Zoom to go back</div>\n");
         struct flame_svg_opts so = {
-                .title = title,
-                .subtitle = subtitle,
-                .icicle = opt->icicle,
-                .width = opt->width,
-                .inline_html = true,
+            .title = title,
+            .subtitle = subtitle,
+            .icicle = opt->icicle,
+            .width = opt->width,
+            .inline_html = true,
         };
         flame_write_svg(o, m, &so);
         ex_puts(o, "</section>\n");

@@ -112,6 +112,8 @@ int report_open(const char *path, struct trace_reader **out)
                 return report_fail(path, "cannot open: %s", strerror(errno));
         if (S_ISDIR(st.st_mode))
                 return report_fail(path, "is a directory, not a trace file");
+        if (!S_ISREG(st.st_mode))
+                return report_fail(path, "not a regular file, so not a trace file");
 
         struct trace_reader *r = NULL;
         int rc = trace_reader_open(path, &r);
@@ -121,6 +123,15 @@ int report_open(const char *path, struct trace_reader **out)
                 return REPORT_EXIT_FAIL;
         }
         *out = r;
+        return 0;
+}
+
+int report_check_output(const char *output, const char *trace)
+{
+        struct stat a, b;
+        if (output && stat(output, &a) == 0 && stat(trace, &b) == 0 && a.st_dev == b.st_dev &&
+            a.st_ino == b.st_ino)
+                return report_fail(output, "is the trace being read; give -o another file");
         return 0;
 }
 

@@ -75,6 +75,12 @@ int report_usage(const char *cmd, const char *fmt, ...) __attribute__((format(pr
 int report_open(const char *path, struct trace_reader **out);
 
 /*
+ * Refuse an -o `output` that is the trace file itself (the report would
+ * replace the recording). Returns 0, or prints why and returns REPORT_EXIT_FAIL.
+ */
+int report_check_output(const char *output, const char *trace);
+
+/*
  * Report a libtrace failure `status` met while reading `path` after it was
  * opened (the file is damaged past what open could check). Returns
  * REPORT_EXIT_FAIL.

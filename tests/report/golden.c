@@ -604,6 +604,10 @@ static void output_file(void)
               "out/keep.txt changed");
         free(got);
         unlink("out/keep.txt");
+        fails("output-file-is-trace", "pyflame-report: basic.db: ", true,
+              ARGS("-o", "basic.db", "basic.db"));
+        fails("output-file-is-trace-info", "pyflame-report: ./basic.db: ", true,
+              ARGS("info", "-o", "./basic.db", "basic.db"));
         fails("output-file-no-dir", "pyflame-report: nodir/x.txt: ", true,
               ARGS("-o", "nodir/x.txt", "basic.db"));
 }
@@ -613,6 +617,7 @@ static void bad_input(void)
         fails("missing", "pyflame-report: missing.db: ", true, ARGS("missing.db"));
         fails("missing-info", "pyflame-report: missing.db: ", true, ARGS("info", "missing.db"));
         fails("directory", "pyflame-report: out: ", true, ARGS("out"));
+        fails("fifo", "pyflame-report: app/fifo.py: ", true, ARGS("app/fifo.py"));
         fails("not-sqlite", "pyflame-report: notsqlite.db: ", true, ARGS("notsqlite.db"));
         fails("not-sqlite-info", "pyflame-report: notsqlite.db: ", true,
               ARGS("info", "notsqlite.db"));
