@@ -764,6 +764,26 @@ static int scan_target_version(struct memsrc *m, int *perm_err, uint64_t addr, u
 }
 
 /*
+ * Whether buf[i] begins a version inside a text string: not right after a
+ * digit or dot, and everything back to the previous NUL printable (binary
+ * tables in .rodata can hold "2.2.0\0" by chance; strings cannot).
+ */
+static bool starts_text_string(const char *buf, size_t i)
+{
+        if (i > 0 && (isdigit((unsigned char)buf[i - 1]) || buf[i - 1] == '.'))
+                return false;
+        size_t k = i;
+        for (size_t steps = 0; k > 0 && steps < VERSION_TEXT_MAX; k--, steps++) {
+                unsigned char c = (unsigned char)buf[k - 1];
+                if (c == 0)
+                        return true;
+                if (c < 0x20 || c > 0x7e)
+                        return false;
+        }
+        return k == 0; /* the start of the section, or a string too long to be ours */
+}
+
+/*
  * The PY_VERSION literal in .rodata: a NUL-terminated "X.Y.Z" not preceded by
  * a digit or dot (the linker may have merged it into the tail of a longer
  * string such as the install prefix). Accepts only a unique candidate that
@@ -788,7 +808,7 @@ static int rodata_version(const struct elf_obj *e, struct era era, int name_majo
         for (size_t i = 0; i + 5 < size && n_distinct < 2; i++) {
                 if ((buf[i] != '2' && buf[i] != '3') || buf[i + 1] != '.')
                         continue;
-                if (i > 0 && (isdigit((unsigned char)buf[i - 1]) || buf[i - 1] == '.'))
+                if (!starts_text_string(buf, i))
                         continue;
                 uint32_t v;
                 size_t n = pyfind_parse_version(buf + i, size - i, &v);
@@ -936,6 +956,72 @@ void pyfind_version_str(const struct pyfind_target *t, char *buf, size_t len)
                 snprintf(buf, len, "%u.%u.%u%s%u%s", major, minor, micro, lv, serial, flags);
         else
                 snprintf(buf, len, "%u.%u.%u%s", major, minor, micro, flags);
+}
+
+/* --- interp_head of stripped 2.7 / 3.6 builds ---------------------------------------------- */
+
+#define MAX_HEAD_CANDIDATES 65536 /* non-zero words of .bss/.data followed, two reads each */
+
+/*
+ * interp_head is LOCAL, so `strip` loses it. Find it the way py-spy and Austin
+ * do: a word p in .bss or .data with p->tstate_head->interp == p. (pystate.c's
+ * autoInterpreterState also points at the main interpreter and may be found
+ * instead; the two differ only once subinterpreters exist.) Both structs
+ * are heap-allocated, which rules out static objects that point at
+ * themselves (a type object's ob_type is &PyType_Type, whose own ob_type is
+ * itself: that passes the round trip). Returns the word's address, or 0 (not
+ * initialised yet, or no such word).
+ */
+static uint64_t scan_interp_head(struct memsrc *m, const struct elf_obj *e, uint64_t bias,
+                                 unsigned tstate_interp_off)
+{
+        const uint64_t interp_tstate_head_off = 8; /* 2.7 and 3.6: {next, tstate_head} */
+        const struct section *secs[2] = {&e->bss, &e->data};
+        uint64_t *buf = malloc(SCAN_CHUNK);
+        if (!buf)
+                return 0;
+        /* The image's own extent, from the program headers. */
+        uint64_t img_lo = UINT64_MAX, img_hi = 0;
+        for (size_t i = 0; i < e->n_loads; i++) {
+                if (e->loads[i].p_vaddr < img_lo)
+                        img_lo = e->loads[i].p_vaddr;
+                if (e->loads[i].p_vaddr + e->loads[i].p_memsz > img_hi)
+                        img_hi = e->loads[i].p_vaddr + e->loads[i].p_memsz;
+        }
+        img_lo += bias;
+        img_hi += bias;
+        uint64_t found = 0;
+        unsigned followed = 0;
+        for (int s = 0; s < 2 && !found; s++) {
+                if (!secs[s]->found || secs[s]->addr == 0)
+                        continue;
+                uint64_t start = (secs[s]->addr + bias + 7) & ~(uint64_t)7;
+                uint64_t size = secs[s]->size > MAX_SCAN_BYTES ? MAX_SCAN_BYTES : secs[s]->size;
+                uint64_t end = secs[s]->addr + bias + size;
+                for (uint64_t at = start; at + 8 <= end && !found; at += SCAN_CHUNK) {
+                        uint64_t len =
+                            end - at < SCAN_CHUNK ? (end - at) & ~(uint64_t)7 : SCAN_CHUNK;
+                        if (memsrc_read(m, at, buf, len) < 0)
+                                continue;
+                        for (uint64_t i = 0; i < len / 8 && followed < MAX_HEAD_CANDIDATES; i++) {
+                                uint64_t p = buf[i], ts = 0, back = 0;
+                                if (p == 0 || (p & 7) || p >= (1ull << 56) ||
+                                    (p >= img_lo && p < img_hi))
+                                        continue;
+                                followed++;
+                                if (memsrc_read(m, p + interp_tstate_head_off, &ts, 8) < 0 ||
+                                    ts == 0 || (ts & 7) || ts == p || (ts >= img_lo && ts < img_hi))
+                                        continue;
+                                if (memsrc_read(m, ts + tstate_interp_off, &back, 8) == 0 &&
+                                    back == p) {
+                                        found = at + 8 * i;
+                                        break;
+                                }
+                        }
+                }
+        }
+        free(buf);
+        return found;
 }
 
 /* --- Putting it together ------------------------------------------------------------------ */
@@ -1118,11 +1204,15 @@ static int finish(struct finder *f, struct object *o, struct elf_obj *e, struct 
                             ".PyRuntime section (a stripped build before 3.10?); scanning for the "
                             "runtime is not supported yet",
                             (int)f->pid, f->comm, o->path);
-        if (mm <= 0x0306 && !t.interp_head_addr && !t.tstate_current_addr)
-                return fail(f, PYFIND_UNSUPPORTED,
-                            "process %d (%s): %s has no interp_head or _PyThreadState_Current "
-                            "symbol (stripped?)",
-                            (int)f->pid, f->comm, o->path);
+        if (mm <= 0x0306 && !t.interp_head_addr) {
+                t.interp_head_addr = scan_interp_head(&m, e, bias, mm < 0x0300 ? 8 : 16);
+                if (!t.interp_head_addr)
+                        return fail(f, PYFIND_NOT_READY,
+                                    "process %d (%s): %s is stripped (no interp_head symbol) and "
+                                    "no interpreter was found in its data: not initialised yet? "
+                                    "retry in a moment",
+                                    (int)f->pid, f->comm, o->path);
+        }
         *out = t;
         return PYFIND_OK;
 }

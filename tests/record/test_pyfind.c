@@ -223,7 +223,8 @@ static uint64_t read_word(pid_t pid, uint64_t addr)
 }
 
 /* Compare pyfind's answer with the truth the interpreter printed. */
-static void check_target(pid_t pid, const struct truth *tr, const struct pyfind_target *t)
+static void check_target(pid_t pid, const struct truth *tr, const struct pyfind_target *t,
+                         bool stripped)
 {
         char vs[32];
         pyfind_version_str(t, vs, sizeof(vs));
@@ -260,7 +261,7 @@ static void check_target(pid_t pid, const struct truth *tr, const struct pyfind_
         assert_int_equal(tstate_head, tr->tstate);
         uint64_t back = read_word(pid, tstate_head + (mm < 0x0300 ? 8 : 16)); /* tstate->interp */
         assert_int_equal(back, interp);
-        if (mm == 0x0306) {
+        if (mm == 0x0306 && !stripped) {
                 /* The only thread was the last to hold the GIL; it is sleeping now. */
                 assert_int_equal(read_word(pid, t->gil_last_holder_addr), tr->tstate);
                 uint64_t locked = read_word(pid, t->gil_locked_addr) & 0xffffffffu;
@@ -322,7 +323,7 @@ static void test_interpreter(void **state)
         if (rc != PYFIND_OK)
                 print_message("    %s: %s\n", py, err);
         assert_int_equal(rc, PYFIND_OK);
-        check_target(g_child.pid, &tr, &t);
+        check_target(g_child.pid, &tr, &t, false);
 }
 
 /* --- libpython embedded under another name ------------------------------------------------ */
@@ -331,18 +332,33 @@ struct embed_case {
         const char *name;
         const char *pattern; /* glob for the libpython to copy */
         bool delete_after_load;
+        bool no_init; /* load it but never call Py_Initialize() */
 };
 
 static const struct embed_case embed_cases[] = {
-    {"embed-3.12-deleted", "/root/.pyenv/versions/3.12.*/lib/libpython3.12.so.1.0", true},
-    {"embed-3.9", "/root/.pyenv/versions/3.9.*/lib/libpython3.9.so.1.0", false},
-    {"embed-2.7", "/root/.pyenv/versions/2.7.*/lib/libpython2.7.so.1.0", false},
+    {"embed-3.12-deleted", "/root/.pyenv/versions/3.12.*/lib/libpython3.12.so.1.0", true, false},
+    {"embed-3.9", "/root/.pyenv/versions/3.9.*/lib/libpython3.9.so.1.0", false, false},
+    {"embed-2.7", "/root/.pyenv/versions/2.7.*/lib/libpython2.7.so.1.0", false, false},
+    /* Before Py_Initialize() no version string exists: .rodata's PY_VERSION must do. */
+    {"embed-3.9-uninitialised", "/root/.pyenv/versions/3.9.*/lib/libpython3.9.so.1.0", false, true},
+    {"embed-2.7-uninitialised", "/root/.pyenv/versions/2.7.*/lib/libpython2.7.so.1.0", false, true},
 };
+
+/* "/root/.pyenv/versions/3.9.18/lib/..." -> 0x030912f0, from the install directory's name. */
+static uint32_t version_of_pyenv_path(const char *path)
+{
+        const char *v = strstr(path, "/versions/");
+        uint32_t hex = 0;
+        if (!v || pyfind_parse_version(v + 10, strlen(v + 10), &hex) == 0)
+                fail_msg("no version in %s", path);
+        return hex;
+}
 
 struct embed_arg {
         char lib[PATH_MAX];  /* the renamed copy */
         char home[PATH_MAX]; /* PYTHONHOME */
         bool delete_after_load;
+        bool no_init;
 };
 
 /* In the forked child: load the copy, start Python, run the truth script. */
@@ -355,6 +371,11 @@ static void run_embedded(const void *arg)
                 _exit(3);
         if (ea->delete_after_load)
                 unlink(ea->lib);
+        if (ea->no_init) {
+                dprintf(1, "loaded\n");
+                pause();
+                _exit(6);
+        }
         void (*init)(void) = (void (*)(void))dlsym(h, "Py_Initialize");
         int (*run)(const char *, void *) =
             (int (*)(const char *, void *))dlsym(h, "PyRun_SimpleStringFlags");
@@ -388,6 +409,26 @@ static int copy_file(const char *from, const char *to)
         return rc;
 }
 
+/* The child has loaded `copy` (of `lib`) without starting Python. */
+static void check_uninitialised(const char *lib, const char *copy)
+{
+        char line[16] = "";
+        assert_true(read(g_child.out_fd, line, sizeof(line) - 1) > 0);
+        assert_string_equal(line, "loaded\n");
+        struct pyfind_target t;
+        char err[512] = "", vs[32];
+        int rc = pyfind_target(g_child.pid, &t, err, sizeof(err));
+        if (rc != PYFIND_OK)
+                print_message("    %s\n", err);
+        assert_int_equal(rc, PYFIND_OK);
+        pyfind_version_str(&t, vs, sizeof(vs));
+        print_message("    %s: version %s (source %d)\n", t.elf_path, vs, t.version_source);
+        assert_string_equal(t.elf_path, copy);
+        assert_true(t.version_exact);
+        assert_int_equal(t.version_source, PYFIND_VSRC_RODATA);
+        assert_int_equal(t.version_hex, version_of_pyenv_path(lib));
+}
+
 static void test_embedded(void **state)
 {
         const struct embed_case *ec = *state;
@@ -396,7 +437,7 @@ static void test_embedded(void **state)
                 print_message("    %s: not installed, skipped\n", ec->name);
                 skip();
         }
-        struct embed_arg ea = {.delete_after_load = ec->delete_after_load};
+        struct embed_arg ea = {.delete_after_load = ec->delete_after_load, .no_init = ec->no_init};
         /* PYTHONHOME is the prefix: strip "/lib/libpython...". */
         snprintf(ea.home, sizeof(ea.home), "%s", lib);
         *strrchr(ea.home, '/') = 0;
@@ -408,6 +449,10 @@ static void test_embedded(void **state)
         assert_int_equal(copy_file(lib, ea.lib), 0);
 
         assert_int_equal(child_start(&g_child, run_embedded, &ea), 0);
+        if (ec->no_init) {
+                check_uninitialised(lib, ea.lib);
+                return;
+        }
         struct truth tr;
         assert_int_equal(read_truth(&g_child, &tr), 0);
         /* The truth's "shared" looks for "libpython" in the maps; the copy is not named so. */
@@ -419,7 +464,90 @@ static void test_embedded(void **state)
                 print_message("    %s: %s\n", ec->name, err);
         assert_int_equal(rc, PYFIND_OK);
         assert_string_equal(t.elf_path, ea.lib);
-        check_target(g_child.pid, &tr, &t);
+        check_target(g_child.pid, &tr, &t, false);
+}
+
+/* --- Stripped libpython: objcopy --strip-all drops .symtab (interp_head, gil_*), keeps .dynsym --
+ */
+
+struct strip_case {
+        const char *name;
+        const char *python; /* glob for the interpreter */
+        const char *lib;    /* glob for its libpython */
+};
+
+static const struct strip_case strip_cases[] = {
+    {"stripped-2.7", "/root/.pyenv/versions/2.7.*/bin/python",
+     "/root/.pyenv/versions/2.7.*/lib/libpython2.7.so.1.0"},
+    {"stripped-3.6", "/root/.pyenv/versions/3.6.*/bin/python",
+     "/root/.pyenv/versions/3.6.*/lib/libpython3.6m.so.1.0"},
+    {"stripped-3.9", "/root/.pyenv/versions/3.9.*/bin/python",
+     "/root/.pyenv/versions/3.9.*/lib/libpython3.9.so.1.0"},
+};
+
+struct strip_arg {
+        char python[PATH_MAX];
+        const char *libdir;
+};
+
+/* pyenv's RUNPATH yields to LD_LIBRARY_PATH, so the stripped copy is the one loaded. */
+static void exec_python_libdir(const void *arg)
+{
+        const struct strip_arg *sa = arg;
+        setenv("LD_LIBRARY_PATH", sa->libdir, 1);
+        execl(sa->python, sa->python, "-c", truth_script, (char *)NULL);
+}
+
+/* Exit status of `objcopy --strip-all from to`; 127 when there is no objcopy. */
+static int strip_copy(const char *from, const char *to)
+{
+        pid_t pid = fork();
+        if (pid < 0)
+                return -1;
+        if (pid == 0) {
+                execlp("objcopy", "objcopy", "--strip-all", from, to, (char *)NULL);
+                _exit(127);
+        }
+        int st;
+        if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st))
+                return -1;
+        return WEXITSTATUS(st);
+}
+
+static void test_stripped(void **state)
+{
+        const struct strip_case *sc = *state;
+        struct strip_arg sa;
+        char lib[PATH_MAX];
+        if (!find_interpreter(sc->python, sa.python, sizeof(sa.python)) ||
+            !find_interpreter(sc->lib, lib, sizeof(lib))) {
+                print_message("    %s: not installed, skipped\n", sc->name);
+                skip();
+        }
+        snprintf(g_tmpdir, sizeof(g_tmpdir), "/tmp/pyfind-strip-XXXXXX");
+        assert_non_null(mkdtemp(g_tmpdir));
+        snprintf(g_tmpfile, sizeof(g_tmpfile), "%s/%s", g_tmpdir, strrchr(lib, '/') + 1);
+        int rc = strip_copy(lib, g_tmpfile);
+        if (rc == 127) {
+                print_message("    no objcopy, skipped\n");
+                skip();
+        }
+        assert_int_equal(rc, 0);
+        sa.libdir = g_tmpdir;
+
+        assert_int_equal(child_start(&g_child, exec_python_libdir, &sa), 0);
+        struct truth tr;
+        assert_int_equal(read_truth(&g_child, &tr), 0);
+        struct pyfind_target t;
+        char err[512] = "";
+        rc = pyfind_target(g_child.pid, &t, err, sizeof(err));
+        if (rc != PYFIND_OK)
+                print_message("    %s: %s\n", sc->name, err);
+        assert_int_equal(rc, PYFIND_OK);
+        assert_string_equal(t.elf_path, g_tmpfile);
+        check_target(g_child.pid, &tr, &t, true);
+        /* No "version" buffer symbol any more: found by scanning .bss/.data. */
+        assert_int_equal(t.version_source, PYFIND_VSRC_VERSION_STRING);
 }
 
 /* --- A stripped interpreter: only a .PyRuntime section with _Py_DebugOffsets ------------- */
@@ -946,7 +1074,8 @@ int main(void)
         alarm(600);
         enum { N_INTERP = sizeof(interp_cases) / sizeof(interp_cases[0]) };
         enum { N_EMBED = sizeof(embed_cases) / sizeof(embed_cases[0]) };
-        struct CMUnitTest tests[N_INTERP + N_EMBED + 32];
+        enum { N_STRIP = sizeof(strip_cases) / sizeof(strip_cases[0]) };
+        struct CMUnitTest tests[N_INTERP + N_EMBED + N_STRIP + 32];
         size_t n = 0;
         for (size_t i = 0; i < N_INTERP; i++)
                 tests[n++] = (struct CMUnitTest){interp_cases[i].name, test_interpreter, NULL,
@@ -954,6 +1083,9 @@ int main(void)
         for (size_t i = 0; i < N_EMBED; i++)
                 tests[n++] = (struct CMUnitTest){embed_cases[i].name, test_embedded, NULL,
                                                  teardown_child, (void *)&embed_cases[i]};
+        for (size_t i = 0; i < N_STRIP; i++)
+                tests[n++] = (struct CMUnitTest){strip_cases[i].name, test_stripped, NULL,
+                                                 teardown_child, (void *)&strip_cases[i]};
         const struct CMUnitTest more[] = {
             cmocka_unit_test_teardown(test_fake_section_313t, teardown_child),
             cmocka_unit_test_teardown(test_fake_section_unsupported, teardown_child),
