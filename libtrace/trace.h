@@ -32,15 +32,15 @@ extern "C" {
 
 enum trace_status {
         TRACE_OK = 0,
-        TRACE_ERR_NOMEM = -1,     /* out of memory */
-        TRACE_ERR_IO = -2,        /* cannot open, read or write the file */
-        TRACE_ERR_EXISTS = -3,    /* output exists and TRACE_CREATE_FORCE not given */
+        TRACE_ERR_NOMEM = -1,      /* out of memory */
+        TRACE_ERR_IO = -2,         /* cannot open, read or write the file */
+        TRACE_ERR_EXISTS = -3,     /* output exists and TRACE_CREATE_FORCE not given */
         TRACE_ERR_NOT_SQLITE = -4, /* the file is not a SQLite database */
-        TRACE_ERR_NOT_TRACE = -5, /* a SQLite database, but not a pyflame trace */
-        TRACE_ERR_TOO_NEW = -6,   /* written by a newer pyflame: format version too high */
-        TRACE_ERR_CORRUPT = -7,   /* a pyflame trace, but damaged or truncated */
-        TRACE_ERR_ARG = -8,       /* invalid argument (unknown id, bad range...) */
-        TRACE_ERR_STATE = -9,     /* call not valid now (e.g. writer already finalized) */
+        TRACE_ERR_NOT_TRACE = -5,  /* a SQLite database, but not a pyflame trace */
+        TRACE_ERR_TOO_NEW = -6,    /* written by a newer pyflame: format version too high */
+        TRACE_ERR_CORRUPT = -7,    /* a pyflame trace, but damaged or truncated */
+        TRACE_ERR_ARG = -8,        /* invalid argument (unknown id, bad range...) */
+        TRACE_ERR_STATE = -9,      /* call not valid now (e.g. writer already finalized) */
 };
 
 /* Human-readable name of a status code; static storage, never NULL. */
@@ -67,6 +67,28 @@ enum trace_frame_kind {
 
 /* Current format version written by this library (PRAGMA user_version). */
 #define TRACE_FORMAT_VERSION 1
+
+/*
+ * Well-known meta keys (schema/trace.sql describes each). The writer sets
+ * the first group itself; the recorder sets the second.
+ */
+#define TRACE_META_FORMAT_VERSION "format_version"
+#define TRACE_META_TOOL_VERSION   "tool_version"
+#define TRACE_META_HOST           "host"
+#define TRACE_META_KERNEL         "kernel"
+#define TRACE_META_START_WALL_NS  "start_wall_ns"
+#define TRACE_META_START_MONO_NS  "start_mono_ns"
+#define TRACE_META_END_WALL_NS    "end_wall_ns"
+#define TRACE_META_END_MONO_NS    "end_mono_ns"
+#define TRACE_META_DURATION_NS    "duration_ns"
+#define TRACE_META_SAMPLES        "samples"
+#define TRACE_META_ERRORS         "errors"
+#define TRACE_META_RATE_HZ        "rate_hz"
+#define TRACE_META_MODE           "mode" /* "nonblocking" or "blocking" */
+#define TRACE_META_PIDS           "pids" /* space-separated */
+#define TRACE_META_CMDLINE        "cmdline"
+#define TRACE_META_PYTHON_VERSION "python_version"
+#define TRACE_META_PYTHON_BUILD   "python_build"
 
 /* ------------------------------------------------------------------ */
 /* Writer                                                              */
@@ -126,8 +148,8 @@ TRACE_API int trace_writer_intern_stack_frames(struct trace_writer *w, const uin
 
 /* A process being recorded. */
 struct trace_process_desc {
-        int32_t pid;             /* pid as seen by the recorder (host namespace) */
-        const char *cmdline;     /* space-separated command line, or NULL */
+        int32_t pid;                /* pid as seen by the recorder (host namespace) */
+        const char *cmdline;        /* space-separated command line, or NULL */
         const char *python_version; /* e.g. "3.12.1", or NULL */
         const char *python_build;   /* e.g. "shared", "static", "static,free-threaded" */
 };
@@ -141,10 +163,10 @@ TRACE_API int trace_writer_end_process(struct trace_writer *w, int32_t pid, int 
 
 /* A thread of a recorded process. */
 struct trace_thread_desc {
-        int32_t pid;             /* owning process (registered with add_process) */
-        int64_t tid;             /* OS thread id in the recorder's namespace, or -1 */
+        int32_t pid;               /* owning process (registered with add_process) */
+        int64_t tid;               /* OS thread id in the recorder's namespace, or -1 */
         uint64_t python_thread_id; /* threading.get_ident() value, or 0 */
-        const char *name;        /* thread name, or NULL */
+        const char *name;          /* thread name, or NULL */
 };
 
 /*
@@ -170,9 +192,9 @@ TRACE_API int trace_writer_add_sample(struct trace_writer *w, uint32_t thread_re
 
 /* Kinds of sampling errors counted in the trace. */
 enum trace_error_kind {
-        TRACE_ERROR_TORN = 0,     /* stack changed under the reader; sample dropped */
-        TRACE_ERROR_READ = 1,     /* memory read failed */
-        TRACE_ERROR_LATE = 2,     /* the sampler missed its deadline (one per missed tick) */
+        TRACE_ERROR_TORN = 0, /* stack changed under the reader; sample dropped */
+        TRACE_ERROR_READ = 1, /* memory read failed */
+        TRACE_ERROR_LATE = 2, /* the sampler missed its deadline (one per missed tick) */
         TRACE_ERROR_OTHER = 3,
         TRACE_ERROR_KIND_COUNT
 };
@@ -221,19 +243,19 @@ TRACE_API bool trace_reader_meta_at(const struct trace_reader *r, size_t i, cons
 
 /* Summary of a recording. */
 struct trace_summary {
-        int64_t duration_ns;     /* end - start, or last sample time if not finalized */
-        uint64_t samples;        /* samples stored */
+        int64_t duration_ns; /* end - start, or last sample time if not finalized */
+        uint64_t samples;    /* samples stored */
         uint64_t errors[TRACE_ERROR_KIND_COUNT];
         uint32_t threads, processes, stacks, frames;
-        double rate_hz;          /* requested rate, 0 if unknown */
-        bool finalized;          /* false when the recorder stopped without finishing */
+        double rate_hz; /* requested rate, 0 if unknown */
+        bool finalized; /* false when the recorder stopped without finishing */
 };
 TRACE_API int trace_reader_summary(struct trace_reader *r, struct trace_summary *out);
 
 /* A resolved frame. Strings are owned by the reader. */
 struct trace_frame {
         const char *function;
-        const char *qualname;    /* NULL when none was recorded */
+        const char *qualname; /* NULL when none was recorded */
         const char *file;
         int32_t line;
         int32_t first_line;
@@ -258,11 +280,11 @@ TRACE_API int trace_reader_stack_frames(const struct trace_reader *r, uint32_t s
                                         uint32_t *frames, size_t cap);
 
 struct trace_thread {
-        uint32_t ref;            /* the value samples carry */
+        uint32_t ref; /* the value samples carry */
         int32_t pid;
-        int64_t tid;             /* OS thread id, -1 unknown */
+        int64_t tid; /* OS thread id, -1 unknown */
         uint64_t python_thread_id;
-        const char *name;        /* NULL when unknown */
+        const char *name;          /* NULL when unknown */
         int64_t first_ns, last_ns; /* first/last sample, relative to start; -1 if none */
         uint64_t samples;
 };
@@ -274,8 +296,8 @@ TRACE_API int trace_reader_thread_at(const struct trace_reader *r, uint32_t i,
 struct trace_process {
         int32_t pid;
         const char *cmdline, *python_version, *python_build;
-        int exit_status;         /* -1 when unknown or still running at the end */
-        int64_t end_ns;          /* -1 when unknown */
+        int exit_status; /* -1 when unknown or still running at the end */
+        int64_t end_ns;  /* -1 when unknown */
 };
 TRACE_API uint32_t trace_reader_process_count(const struct trace_reader *r);
 TRACE_API int trace_reader_process_at(const struct trace_reader *r, uint32_t i,
@@ -297,8 +319,8 @@ struct trace_filter {
 };
 
 struct trace_sample {
-        int64_t t_ns;            /* relative to the start of the recording */
-        uint32_t thread;         /* thread ref */
+        int64_t t_ns;    /* relative to the start of the recording */
+        uint32_t thread; /* thread ref */
         uint32_t stack;
         unsigned state;
 };

@@ -1,0 +1,231 @@
+-- trace.sql - the pyflame trace file format, format version 1.
+--
+-- This comment is the specification; the statements below it create an
+-- empty trace. libtrace embeds this file and runs it when it creates a trace
+-- (`sqlite3 new.db < schema/trace.sql` makes the same empty trace).
+--
+-- A trace is ONE SQLite 3 database file, written with a rollback journal
+-- (never WAL), so a finished trace is a single self-contained file that can
+-- be copied. It is stamped in the SQLite header:
+--   PRAGMA application_id = 1348027986  (0x50594652, ASCII "PYFR")
+--   PRAGMA user_version   = 1           (TRACE_FORMAT_VERSION in trace.h)
+-- Readers refuse a file with another application_id (not a trace) and a file
+-- whose user_version is higher than the newest they know (written by a newer
+-- pyflame). Any change a reader of version N could misread bumps the version.
+--
+-- Units and conventions
+--   *_ns columns are nanoseconds. Sample, chunk, thread and process times are
+--   relative to the recording's start: CLOCK_MONOTONIC minus meta start_mono_ns
+--   (so they may in principle be slightly negative). Wall-clock times are
+--   nanoseconds since the Unix epoch (UTC).
+--   Integers are SQLite INTEGER (signed 64 bit). NULL means "unknown"
+--   wherever a column allows it.
+--   Ids are dense: strings and frames count from 1, stacks from 0, thread
+--   references from 1, sample_chunks from 1, each with no gaps.
+--   The writer commits about once a second in one transaction, so every
+--   committed state is consistent: a trace whose recorder was killed holds
+--   everything up to its last commit. A finished trace has meta end_wall_ns.
+--
+-- Frozen codes (numbers stored on disk; never renumbered, new ones appended)
+--   frames.kind         0 python   a Python function frame
+--                       1 native   a native (C) frame
+--                       2 special  a pseudo frame made by pyflame, e.g. "<unknown>"
+--   thread state flags  0x1 on_cpu     the OS thread was running (R) when sampled
+--   (a bit set)         0x2 holds_gil  held the GIL (free-threaded: attached)
+--                       0x4 no_gil     the interpreter runs without a GIL
+--   errors.kind         0 torn   the stack changed under the reader; sample dropped
+--                       1 read   a memory read failed
+--                       2 late   the sampler missed its deadline (one per missed tick)
+--                       3 other
+--   Readers fold an errors.kind they do not know into 3 (other).
+--   The tables frame_kinds, state_flags and error_kinds hold the same codes
+--   with their names, for joins in plain SQL.
+--
+-- Tables
+--   meta(key, value)            one row per key; value is TEXT or INTEGER.
+--     Written by libtrace at create:
+--       format_version  INTEGER  = user_version
+--       tool_version    TEXT     pyflame version that wrote the file, "0.1.0"
+--       host            TEXT     host name (uname nodename)
+--       kernel          TEXT     uname: sysname release version machine
+--       start_wall_ns   INTEGER  wall clock at the start
+--       start_mono_ns   INTEGER  CLOCK_MONOTONIC at the start (the time origin)
+--     Kept current at every commit:
+--       samples         INTEGER  samples committed so far
+--       errors          INTEGER  sampling errors counted so far (all kinds)
+--     Written by libtrace when the recording is finalized:
+--       end_wall_ns     INTEGER  wall clock at the end
+--       end_mono_ns     INTEGER  CLOCK_MONOTONIC at the end
+--       duration_ns     INTEGER  end_mono_ns - start_mono_ns
+--     Set by the recorder:
+--       rate_hz         TEXT/INTEGER  requested sampling rate, samples/s per thread
+--       mode            TEXT     "nonblocking" or "blocking" (target stopped per sample)
+--       pids            TEXT     recorded pids, space-separated
+--       cmdline         TEXT     command line of the (first) target
+--       python_version  TEXT     e.g. "3.12.1"
+--       python_build    TEXT     e.g. "shared", "static,free-threaded"
+--     Other keys may appear; readers ignore keys they do not know.
+--
+--   strings(id, value)          interned text (function names, file names).
+--     id INTEGER 1.., value TEXT (UTF-8).
+--
+--   frames(id, function, qualname, file, line, first_line, kind)
+--     One row per distinct (function, qualname, file, line, first_line, kind).
+--     function, file: strings.id (NOT NULL); qualname: strings.id or NULL;
+--     line: the current line number, NULL when unknown; first_line: the
+--     function's first line, NULL when unknown; kind: frozen code above.
+--
+--   stacks(id, parent, frame, depth)
+--     A prefix tree of call stacks. Stack 0 is the empty stack (parent, frame
+--     NULL, depth 0); every other stack is its parent stack (the callers,
+--     parent < id) with `frame` called on top; depth = parent's depth + 1.
+--     A stack's frames, root first, are found by following parent links.
+--
+--   processes(pid, cmdline, python_version, python_build, exit_status, end_ns)
+--     One row per recorded pid (host pid namespace). exit_status and end_ns
+--     (relative time the process ended) are NULL while unknown.
+--
+--   threads(ref, pid, tid, python_thread_id, name, first_ns, last_ns, samples)
+--     ref: the reference samples carry (1..); pid: processes.pid; tid: OS
+--     thread id in the recorder's namespace or NULL; python_thread_id: the
+--     threading.get_ident() value (a pthread_t, stored as signed 64 bit) or
+--     NULL; name or NULL; first_ns/last_ns: relative times of its first and
+--     last sample (NULL before the first); samples: its committed samples.
+--
+--   errors(pid, kind, count)    sampling errors per process (pid 0: the
+--     recorder itself) and kind; count is the total so far.
+--
+--   stack_counts(thread, stack, state, samples)
+--     Derived summary kept current at each commit: number of samples of
+--     thread `thread` taken in stack `stack` with state flags `state`. It lets
+--     plain SQL answer "hot frames" without decoding sample blobs. The sum of
+--     samples equals the number of samples in sample_chunks.
+--
+--   sample_chunks(id, thread, first_ns, last_ns, count, data)
+--     The samples. One row holds `count` (>= 1) consecutive samples of one
+--     thread (threads.ref), in time order; first_ns and last_ns are the
+--     relative times of its first and last sample. A thread's chunks do not
+--     overlap in time and are stored in increasing id order.
+--     data is a BLOB of `count` records, back to back, each:
+--       A       unsigned LEB128 varint (7 bits per byte, least significant
+--               group first, high bit set on every byte but the last; at
+--               most 10 bytes) holding (dt << 1) | same, where dt >= 0 is
+--               the sample time minus the previous sample's time in this
+--               chunk, in ns (for the first record: minus first_ns, so 0).
+--       B       present only when same = 0: a varint holding
+--               (stack << 3) | state, stack being a stacks.id and state the
+--               thread state flags.
+--       same = 1 means stack and state are those of the previous record
+--       (never on the first record of a chunk).
+--     Example: a first sample in stack 5 with state 0x3, then one 10 ms later
+--     in the same stack and state:
+--       00 2B            A: dt 0, same 0;  B: 5<<3|3 = 43
+--       81 DA C4 09      A: (10000000<<1)|1 = 20000001
+--     A chunk is valid when its blob holds exactly `count` records, every
+--     stack id is < the number of stacks, the last record's time is last_ns,
+--     and first_ns <= last_ns. Anything else is a damaged trace.
+--
+-- Example queries in plain SQL and with the pyflame_sqlite extension (which
+-- decodes sample_chunks as a table pyflame_samples(t_ns, thread, stack,
+-- state)) are in libtrace/EXAMPLES-SQL.md.
+
+PRAGMA page_size = 4096;
+
+BEGIN;
+
+PRAGMA application_id = 1348027986;
+PRAGMA user_version = 1;
+
+CREATE TABLE meta (
+        key TEXT PRIMARY KEY NOT NULL,
+        value
+) WITHOUT ROWID;
+
+CREATE TABLE strings (
+        id INTEGER PRIMARY KEY,
+        value TEXT NOT NULL
+);
+
+CREATE TABLE frames (
+        id INTEGER PRIMARY KEY,
+        function INTEGER NOT NULL REFERENCES strings(id),
+        qualname INTEGER REFERENCES strings(id),
+        file INTEGER NOT NULL REFERENCES strings(id),
+        line INTEGER,
+        first_line INTEGER,
+        kind INTEGER NOT NULL
+);
+
+CREATE TABLE stacks (
+        id INTEGER PRIMARY KEY,
+        parent INTEGER REFERENCES stacks(id),
+        frame INTEGER REFERENCES frames(id),
+        depth INTEGER NOT NULL
+);
+INSERT INTO stacks(id, parent, frame, depth) VALUES (0, NULL, NULL, 0);
+
+CREATE TABLE processes (
+        pid INTEGER PRIMARY KEY,
+        cmdline TEXT,
+        python_version TEXT,
+        python_build TEXT,
+        exit_status INTEGER,
+        end_ns INTEGER
+);
+
+CREATE TABLE threads (
+        ref INTEGER PRIMARY KEY,
+        pid INTEGER NOT NULL REFERENCES processes(pid),
+        tid INTEGER,
+        python_thread_id INTEGER,
+        name TEXT,
+        first_ns INTEGER,
+        last_ns INTEGER,
+        samples INTEGER NOT NULL DEFAULT 0
+);
+
+CREATE TABLE errors (
+        pid INTEGER NOT NULL,
+        kind INTEGER NOT NULL,
+        count INTEGER NOT NULL,
+        PRIMARY KEY (pid, kind)
+) WITHOUT ROWID;
+
+CREATE TABLE stack_counts (
+        thread INTEGER NOT NULL REFERENCES threads(ref),
+        stack INTEGER NOT NULL REFERENCES stacks(id),
+        state INTEGER NOT NULL,
+        samples INTEGER NOT NULL,
+        PRIMARY KEY (thread, stack, state)
+) WITHOUT ROWID;
+
+-- The blob is the last column so that scanning chunk headers (thread, times)
+-- does not read the blobs' overflow pages.
+CREATE TABLE sample_chunks (
+        id INTEGER PRIMARY KEY,
+        thread INTEGER NOT NULL REFERENCES threads(ref),
+        first_ns INTEGER NOT NULL,
+        last_ns INTEGER NOT NULL,
+        count INTEGER NOT NULL,
+        data BLOB NOT NULL
+);
+
+CREATE TABLE frame_kinds (code INTEGER PRIMARY KEY, name TEXT NOT NULL);
+INSERT INTO frame_kinds VALUES (0, 'python'), (1, 'native'), (2, 'special');
+
+CREATE TABLE state_flags (bit INTEGER PRIMARY KEY, name TEXT NOT NULL);
+INSERT INTO state_flags VALUES (1, 'on_cpu'), (2, 'holds_gil'), (4, 'no_gil');
+
+CREATE TABLE error_kinds (code INTEGER PRIMARY KEY, name TEXT NOT NULL);
+INSERT INTO error_kinds VALUES (0, 'torn'), (1, 'read'), (2, 'late'), (3, 'other');
+
+-- Frames with their names resolved, for plain SQL.
+CREATE VIEW frame_info AS
+SELECT f.id AS id, fn.value AS function, qn.value AS qualname, fl.value AS file,
+       f.line AS line, f.first_line AS first_line, f.kind AS kind
+FROM frames f
+JOIN strings fn ON fn.id = f.function
+JOIN strings fl ON fl.id = f.file
+LEFT JOIN strings qn ON qn.id = f.qualname;
+
+COMMIT;

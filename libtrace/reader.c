@@ -1,0 +1,1156 @@
+/*
+ * reader.c - the trace reader used by the report tools.
+ *
+ * trace_reader_open() classifies the file before trusting it: missing,
+ * not SQLite (by the 16-byte magic), not a trace (application_id, tables),
+ * too new (user_version), or damaged (SQLite reports corruption, or our own
+ * checks fail). It then loads every table except the samples into memory in
+ * one read transaction, validating each reference: ids dense, frame strings
+ * in range, stack parents below their child (so the tree has no cycles),
+ * thread pids known. It also notes the highest sample chunk id of that
+ * snapshot: the file may still be growing (a live recording), and later
+ * chunks could name stacks we did not load.
+ *
+ * Samples are never loaded wholesale. trace_reader_foreach_sample() steps
+ * through the chunk rows of the snapshot in id order, lets SQL skip the
+ * chunks outside the time window, skips chunks of unwanted threads without
+ * reading their blobs, and decodes the rest with the bounded decoder of
+ * chunk.h. Damage found there is TRACE_ERR_CORRUPT, never a crash.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "chunk.h"
+#include "pfutil.h"
+#include "trace.h"
+#include "trace_internal.h"
+
+/* Ids are uint32_t with dense ranges; refuse tables beyond that. */
+#define MAX_ROWS (UINT32_MAX - 2u)
+
+struct rframe {
+        uint32_t function, qualname, file; /* string ids; qualname 0: none */
+        int32_t line, first_line;
+        enum trace_frame_kind kind;
+};
+
+struct rthread {
+        int32_t pid;
+        int64_t tid;
+        uint64_t python_thread_id;
+        char *name;
+        int64_t first_ns, last_ns;
+        uint64_t samples;
+};
+
+struct rprocess {
+        int32_t pid;
+        char *cmdline, *python_version, *python_build;
+        int exit_status;
+        int64_t end_ns;
+};
+
+struct trace_reader {
+        sqlite3 *db;
+        char *path;
+        char errmsg[512];
+
+        char **meta_keys, **meta_values;
+        size_t n_meta;
+
+        char *string_arena;
+        const char **strings; /* ids 1..n_strings; entry 0 NULL */
+        uint32_t n_strings;
+
+        struct rframe *frames; /* ids 1..n_frames */
+        uint32_t n_frames;
+
+        uint32_t *stack_parent, *stack_frame, *stack_depth; /* ids 0..n_stacks-1 */
+        uint32_t n_stacks;
+
+        struct rthread *threads; /* refs 1..n_threads */
+        uint32_t n_threads;
+
+        struct rprocess *processes;
+        uint32_t n_processes;
+
+        uint64_t errors[TRACE_ERROR_KIND_COUNT];
+        int64_t max_chunk_id;
+        uint64_t n_samples;
+        bool loaded; /* open succeeded: the handle is more than a message */
+};
+
+static int fail(struct trace_reader *r, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(struct trace_reader *r, int status, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(r->errmsg, sizeof(r->errmsg), fmt, ap);
+        va_end(ap);
+        return status;
+}
+
+static int fail_nomem(struct trace_reader *r)
+{
+        return fail(r, TRACE_ERR_NOMEM, "out of memory");
+}
+
+static int fail_sqlite(struct trace_reader *r, int rc, const char *doing)
+{
+        int status = trace_status_from_sqlite(rc);
+        if (status == TRACE_ERR_NOMEM)
+                return fail_nomem(r);
+        if (status == TRACE_ERR_NOT_SQLITE)
+                status = TRACE_ERR_CORRUPT; /* the magic was right: the header is damaged */
+        if (status == TRACE_ERR_CORRUPT)
+                return fail(r, status, "%s: damaged trace (%s) while %s", r->path,
+                            sqlite3_errmsg(r->db), doing);
+        return fail(r, status, "%s: cannot read the trace while %s: %s", r->path, doing,
+                    sqlite3_errmsg(r->db));
+}
+
+static int corrupt(struct trace_reader *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static int corrupt(struct trace_reader *r, const char *fmt, ...)
+{
+        char what[384];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(what, sizeof(what), fmt, ap);
+        va_end(ap);
+        return fail(r, TRACE_ERR_CORRUPT, "%s: damaged trace: %s", r->path, what);
+}
+
+static uint32_t be32(const uint8_t *p)
+{
+        return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* ------------------------------------------------------------------ */
+/* Classifying the file                                                */
+/* ------------------------------------------------------------------ */
+
+static const char sqlite_magic[16] = "SQLite format 3";
+
+/*
+ * Look at the file itself before SQLite does: SQLite treats a missing or
+ * empty file as a new empty database, and its messages for the other cases
+ * do not say what the user should do.
+ */
+static int check_file(struct trace_reader *r)
+{
+        const char *path = r->path;
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+                if (errno == ENOENT)
+                        return fail(r, TRACE_ERR_IO, "%s: no such file", path);
+                return fail(r, TRACE_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        }
+        struct stat st;
+        uint8_t hdr[100];
+        ssize_t n = -1;
+        int rc = 0;
+        if (fstat(fd, &st) < 0) {
+                rc = fail(r, TRACE_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+        } else if (S_ISDIR(st.st_mode)) {
+                rc = fail(r, TRACE_ERR_IO, "%s: is a directory, not a trace file", path);
+        } else if (st.st_size == 0) {
+                rc = fail(r, TRACE_ERR_NOT_SQLITE,
+                          "%s: empty file, not a pyflame trace (did the recorder fail to start?)",
+                          path);
+        } else {
+                do
+                        n = pread(fd, hdr, sizeof(hdr), 0);
+                while (n < 0 && errno == EINTR);
+                if (n < 0)
+                        rc = fail(r, TRACE_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+        }
+        close(fd);
+        if (rc < 0)
+                return rc;
+        size_t got = (size_t)n;
+        size_t cmp = got < sizeof(sqlite_magic) ? got : sizeof(sqlite_magic);
+        if (memcmp(hdr, sqlite_magic, cmp) != 0)
+                return fail(r, TRACE_ERR_NOT_SQLITE,
+                            "%s: not a SQLite database, so not a pyflame trace", path);
+        if (got < sizeof(hdr))
+                return corrupt(r, "truncated to %zu bytes, inside the database header", got);
+        uint32_t app = be32(hdr + 68), version = be32(hdr + 60);
+        if (app != TRACE_APPLICATION_ID)
+                return fail(r, TRACE_ERR_NOT_TRACE,
+                            "%s: a SQLite database but not a pyflame trace (application_id "
+                            "0x%08x, expected 0x%08x)",
+                            path, app, TRACE_APPLICATION_ID);
+        if (version > TRACE_FORMAT_VERSION)
+                return fail(r, TRACE_ERR_TOO_NEW,
+                            "%s: written by a newer pyflame (format %u, this reads up to %d); "
+                            "upgrade pyflame to read it",
+                            path, version, TRACE_FORMAT_VERSION);
+        return 0;
+}
+
+/*
+ * Compare the file size with the size its header promises. Only meaningful
+ * under SQLite's shared lock: a writer updates the header before it appends
+ * the pages. Returns 0 or TRACE_ERR_CORRUPT.
+ */
+static int check_truncation(struct trace_reader *r)
+{
+        uint8_t hdr[100];
+        struct stat st;
+        int fd = open(r->path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return 0; /* SQLite has it open; let its own errors speak */
+        ssize_t n = pread(fd, hdr, sizeof(hdr), 0);
+        int ok = fstat(fd, &st);
+        close(fd);
+        if (n != (ssize_t)sizeof(hdr) || ok < 0)
+                return 0;
+        /* Pages promised by the header (valid when bytes 24 and 92 agree). */
+        uint32_t page_size = (uint32_t)hdr[16] << 8 | hdr[17];
+        uint64_t pages = be32(hdr + 28);
+        if (page_size == 1)
+                page_size = 65536;
+        if (!memcmp(hdr + 24, hdr + 92, 4) && pages && (uint64_t)st.st_size < pages * page_size)
+                return corrupt(r,
+                               "truncated: %lld bytes, its header says %llu (an incomplete "
+                               "copy, or the disk filled up?)",
+                               (long long)st.st_size, (unsigned long long)(pages * page_size));
+        return 0;
+}
+
+/* Run a single-value integer query. Returns a SQLite code. */
+static int query_int(sqlite3 *db, const char *sql, int64_t *v)
+{
+        sqlite3_stmt *st;
+        int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+        if (rc != SQLITE_OK)
+                return rc;
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+                *v = sqlite3_column_int64(st, 0);
+                rc = SQLITE_OK;
+        }
+        sqlite3_finalize(st);
+        return rc == SQLITE_DONE ? SQLITE_CORRUPT : rc;
+}
+
+static const char *const required_tables[] = {
+    "meta", "strings", "frames", "stacks", "processes", "threads", "errors", "sample_chunks",
+};
+
+/* Inside the read transaction: the stamp again (authoritative now) and the tables. */
+static int check_schema(struct trace_reader *r)
+{
+        int64_t app = 0, version = 0;
+        int rc = query_int(r->db, "PRAGMA application_id", &app);
+        if (rc == SQLITE_OK)
+                rc = query_int(r->db, "PRAGMA user_version", &version);
+        if (rc != SQLITE_OK)
+                return fail_sqlite(r, rc, "reading the header");
+        if ((uint32_t)app != TRACE_APPLICATION_ID)
+                return fail(r, TRACE_ERR_NOT_TRACE, "%s: a SQLite database but not a pyflame trace",
+                            r->path);
+        if (version > TRACE_FORMAT_VERSION)
+                return fail(r, TRACE_ERR_TOO_NEW,
+                            "%s: written by a newer pyflame (format %lld, this reads up to %d); "
+                            "upgrade pyflame to read it",
+                            r->path, (long long)version, TRACE_FORMAT_VERSION);
+        if (version < 1)
+                return corrupt(r, "format version %lld", (long long)version);
+        for (size_t i = 0; i < sizeof(required_tables) / sizeof(required_tables[0]); i++) {
+                sqlite3_stmt *st;
+                rc = sqlite3_prepare_v2(
+                    r->db, "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?1", -1,
+                    &st, NULL);
+                if (rc != SQLITE_OK)
+                        return fail_sqlite(r, rc, "reading the schema");
+                sqlite3_bind_text(st, 1, required_tables[i], -1, SQLITE_STATIC);
+                rc = sqlite3_step(st);
+                sqlite3_finalize(st);
+                if (rc == SQLITE_DONE)
+                        return fail(r, TRACE_ERR_NOT_TRACE,
+                                    "%s: not a pyflame trace: it has no table \"%s\"", r->path,
+                                    required_tables[i]);
+                if (rc != SQLITE_ROW)
+                        return fail_sqlite(r, rc, "reading the schema");
+        }
+        return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Loading                                                             */
+/* ------------------------------------------------------------------ */
+
+/* Prepare `sql` and count its rows with `count_sql`; sets *n. */
+static int prepare(struct trace_reader *r, const char *sql, sqlite3_stmt **st, const char *what)
+{
+        int rc = sqlite3_prepare_v2(r->db, sql, -1, st, NULL);
+        if (rc != SQLITE_OK) {
+                /* The tables exist (checked), so a failing query means damage. */
+                if (trace_status_from_sqlite(rc) == TRACE_ERR_NOMEM)
+                        return fail_nomem(r);
+                return corrupt(r, "cannot read %s: %s", what, sqlite3_errmsg(r->db));
+        }
+        return 0;
+}
+
+static int count_rows(struct trace_reader *r, const char *table, uint32_t *n)
+{
+        char sql[128];
+        int64_t v = 0;
+        snprintf(sql, sizeof(sql), "SELECT count(*) FROM %s", table);
+        int rc = query_int(r->db, sql, &v);
+        if (rc != SQLITE_OK)
+                return fail_sqlite(r, rc, "counting rows");
+        if (v < 0 || v > MAX_ROWS)
+                return corrupt(r, "table %s has %lld rows", table, (long long)v);
+        *n = (uint32_t)v;
+        return 0;
+}
+
+/* Finish a row loop: SQLITE_DONE is success; anything else an error. */
+static int end_rows(struct trace_reader *r, sqlite3_stmt *st, int rc, const char *what)
+{
+        sqlite3_finalize(st);
+        if (rc == SQLITE_DONE)
+                return 0;
+        return fail_sqlite(r, rc, what);
+}
+
+/* A column that must be an integer in [lo, hi]. */
+static bool col_int(sqlite3_stmt *st, int i, int64_t lo, int64_t hi, int64_t *v)
+{
+        if (sqlite3_column_type(st, i) != SQLITE_INTEGER)
+                return false;
+        *v = sqlite3_column_int64(st, i);
+        return *v >= lo && *v <= hi;
+}
+
+/* Same, but NULL is allowed and gives `unknown`. */
+static bool col_int_or_null(sqlite3_stmt *st, int i, int64_t lo, int64_t hi, int64_t unknown,
+                            int64_t *v)
+{
+        if (sqlite3_column_type(st, i) == SQLITE_NULL) {
+                *v = unknown;
+                return true;
+        }
+        return col_int(st, i, lo, hi, v);
+}
+
+/* Copy a text column (NULL stays NULL). Returns false when out of memory. */
+static bool col_strdup(sqlite3_stmt *st, int i, char **out)
+{
+        *out = NULL;
+        if (sqlite3_column_type(st, i) == SQLITE_NULL)
+                return true;
+        const unsigned char *s = sqlite3_column_text(st, i);
+        if (!s)
+                return false;
+        *out = strdup((const char *)s);
+        return *out != NULL;
+}
+
+static int load_meta(struct trace_reader *r)
+{
+        uint32_t n;
+        sqlite3_stmt *st;
+        int rc = count_rows(r, "meta", &n);
+        if (rc < 0 || (rc = prepare(r, "SELECT key, value FROM meta", &st, "meta")) < 0)
+                return rc;
+        r->meta_keys = calloc(n ? n : 1, sizeof(char *));
+        r->meta_values = calloc(n ? n : 1, sizeof(char *));
+        if (!r->meta_keys || !r->meta_values) {
+                sqlite3_finalize(st);
+                return fail_nomem(r);
+        }
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                if (r->n_meta >= n) {
+                        sqlite3_finalize(st);
+                        return corrupt(r, "meta has more rows than it counts");
+                }
+                char *k, *v;
+                if (!col_strdup(st, 0, &k) || !col_strdup(st, 1, &v)) {
+                        free(k);
+                        sqlite3_finalize(st);
+                        return fail_nomem(r);
+                }
+                r->meta_keys[r->n_meta] = k;
+                r->meta_values[r->n_meta] = v;
+                r->n_meta++;
+                if (!k) {
+                        sqlite3_finalize(st);
+                        return corrupt(r, "a meta key is NULL");
+                }
+        }
+        return end_rows(r, st, rc, "reading meta");
+}
+
+static int load_strings(struct trace_reader *r)
+{
+        uint32_t n;
+        sqlite3_stmt *st;
+        int rc = count_rows(r, "strings", &n);
+        if (rc < 0 ||
+            (rc = prepare(r, "SELECT id, value FROM strings ORDER BY id", &st, "strings")) < 0)
+                return rc;
+        size_t *offsets = calloc((size_t)n + 1, sizeof(size_t));
+        struct pf_buf arena = {0};
+        if (!offsets) {
+                sqlite3_finalize(st);
+                return fail_nomem(r);
+        }
+        uint32_t i = 0;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                int64_t id;
+                const unsigned char *s = sqlite3_column_text(st, 1);
+                int len = sqlite3_column_bytes(st, 1);
+                if (i >= n || !col_int(st, 0, i + 1, i + 1, &id) ||
+                    sqlite3_column_type(st, 1) != SQLITE_TEXT || !s) {
+                        rc = i >= n || sqlite3_column_type(st, 1) != SQLITE_TEXT || s
+                                 ? corrupt(r, "string ids are not 1, 2, 3...")
+                                 : fail_nomem(r);
+                        goto fail;
+                }
+                offsets[++i] = arena.len;
+                if (pf_buf_append(&arena, s, (size_t)len) < 0 || pf_buf_append(&arena, "", 1) < 0) {
+                        rc = fail_nomem(r);
+                        goto fail;
+                }
+        }
+        if ((rc = end_rows(r, st, rc, "reading strings")) < 0) {
+                st = NULL;
+                goto fail;
+        }
+        st = NULL;
+        if (i != n) {
+                rc = corrupt(r, "string table changed while reading");
+                goto fail;
+        }
+        r->strings = calloc((size_t)n + 1, sizeof(char *));
+        if (!r->strings) {
+                rc = fail_nomem(r);
+                goto fail;
+        }
+        r->string_arena = (char *)arena.data;
+        for (uint32_t k = 1; k <= n; k++)
+                r->strings[k] = r->string_arena + offsets[k];
+        r->n_strings = n;
+        free(offsets);
+        return 0;
+fail:
+        sqlite3_finalize(st);
+        free(offsets);
+        pf_buf_free(&arena);
+        return rc;
+}
+
+static int load_frames(struct trace_reader *r)
+{
+        uint32_t n;
+        sqlite3_stmt *st;
+        int rc = count_rows(r, "frames", &n);
+        if (rc < 0 || (rc = prepare(r,
+                                    "SELECT id, function, qualname, file, line, first_line, kind "
+                                    "FROM frames ORDER BY id",
+                                    &st, "frames")) < 0)
+                return rc;
+        r->frames = calloc((size_t)n + 1, sizeof(*r->frames));
+        if (!r->frames) {
+                sqlite3_finalize(st);
+                return fail_nomem(r);
+        }
+        uint32_t i = 0;
+        int64_t ns = r->n_strings;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                int64_t id, fn, qn, file, line, first, kind;
+                if (i >= n || !col_int(st, 0, i + 1, i + 1, &id)) {
+                        sqlite3_finalize(st);
+                        return corrupt(r, "frame ids are not 1, 2, 3...");
+                }
+                if (!col_int(st, 1, 1, ns, &fn) || !col_int_or_null(st, 2, 1, ns, 0, &qn) ||
+                    !col_int(st, 3, 1, ns, &file) ||
+                    !col_int_or_null(st, 4, 0, INT32_MAX, -1, &line) ||
+                    !col_int_or_null(st, 5, 0, INT32_MAX, -1, &first) ||
+                    !col_int(st, 6, TRACE_FRAME_PYTHON, TRACE_FRAME_SPECIAL, &kind)) {
+                        sqlite3_finalize(st);
+                        return corrupt(r, "frame %u has a bad string id, line or kind", i + 1);
+                }
+                i++;
+                r->frames[i] =
+                    (struct rframe){(uint32_t)fn,  (uint32_t)qn,   (uint32_t)file,
+                                    (int32_t)line, (int32_t)first, (enum trace_frame_kind)kind};
+        }
+        if ((rc = end_rows(r, st, rc, "reading frames")) < 0)
+                return rc;
+        if (i != n)
+                return corrupt(r, "frame table changed while reading");
+        r->n_frames = n;
+        return 0;
+}
+
+static int load_stacks(struct trace_reader *r)
+{
+        uint32_t n;
+        sqlite3_stmt *st;
+        int rc = count_rows(r, "stacks", &n);
+        if (rc < 0)
+                return rc;
+        if (n == 0)
+                return corrupt(r, "stack 0 (the empty stack) is missing");
+        if ((rc = prepare(r, "SELECT id, parent, frame, depth FROM stacks ORDER BY id", &st,
+                          "stacks")) < 0)
+                return rc;
+        r->stack_parent = calloc(n, sizeof(uint32_t));
+        r->stack_frame = calloc(n, sizeof(uint32_t));
+        r->stack_depth = calloc(n, sizeof(uint32_t));
+        if (!r->stack_parent || !r->stack_frame || !r->stack_depth) {
+                sqlite3_finalize(st);
+                return fail_nomem(r);
+        }
+        uint32_t i = 0;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                int64_t id, parent, frame, depth;
+                if (i >= n || !col_int(st, 0, i, i, &id)) {
+                        sqlite3_finalize(st);
+                        return corrupt(r, "stack ids are not 0, 1, 2...");
+                }
+                if (i == 0) {
+                        if (sqlite3_column_type(st, 1) != SQLITE_NULL ||
+                            sqlite3_column_type(st, 2) != SQLITE_NULL ||
+                            !col_int(st, 3, 0, 0, &depth)) {
+                                sqlite3_finalize(st);
+                                return corrupt(r, "stack 0 is not the empty stack");
+                        }
+                        i++;
+                        continue;
+                }
+                /* parent < id: the tree can have no cycle, and depths follow. */
+                if (!col_int(st, 1, 0, (int64_t)i - 1, &parent) ||
+                    !col_int(st, 2, 1, r->n_frames, &frame) ||
+                    !col_int(st, 3, 1, UINT32_MAX, &depth) ||
+                    (uint64_t)depth != (uint64_t)r->stack_depth[parent] + 1) {
+                        sqlite3_finalize(st);
+                        return corrupt(r, "stack %u has a bad parent, frame or depth", i);
+                }
+                r->stack_parent[i] = (uint32_t)parent;
+                r->stack_frame[i] = (uint32_t)frame;
+                r->stack_depth[i] = (uint32_t)depth;
+                i++;
+        }
+        if ((rc = end_rows(r, st, rc, "reading stacks")) < 0)
+                return rc;
+        if (i != n)
+                return corrupt(r, "stack table changed while reading");
+        r->n_stacks = n;
+        return 0;
+}
+
+static int load_processes(struct trace_reader *r)
+{
+        uint32_t n;
+        sqlite3_stmt *st;
+        int rc = count_rows(r, "processes", &n);
+        if (rc < 0 || (rc = prepare(r,
+                                    "SELECT pid, cmdline, python_version, python_build, "
+                                    "exit_status, end_ns FROM processes ORDER BY pid",
+                                    &st, "processes")) < 0)
+                return rc;
+        r->processes = calloc(n ? n : 1, sizeof(*r->processes));
+        if (!r->processes) {
+                sqlite3_finalize(st);
+                return fail_nomem(r);
+        }
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                int64_t pid, status, end;
+                if (r->n_processes >= n) {
+                        sqlite3_finalize(st);
+                        return corrupt(r, "process table changed while reading");
+                }
+                if (!col_int(st, 0, 1, INT32_MAX, &pid) ||
+                    !col_int_or_null(st, 4, 0, INT32_MAX, -1, &status) ||
+                    !col_int_or_null(st, 5, -CHUNK_TIME_LIMIT, CHUNK_TIME_LIMIT, -1, &end)) {
+                        sqlite3_finalize(st);
+                        return corrupt(r, "a process row has a bad pid, status or end time");
+                }
+                struct rprocess *p = &r->processes[r->n_processes++];
+                p->pid = (int32_t)pid;
+                p->exit_status = (int)status;
+                p->end_ns = end;
+                if (!col_strdup(st, 1, &p->cmdline) || !col_strdup(st, 2, &p->python_version) ||
+                    !col_strdup(st, 3, &p->python_build)) {
+                        sqlite3_finalize(st);
+                        return fail_nomem(r);
+                }
+        }
+        return end_rows(r, st, rc, "reading processes");
+}
+
+static bool known_pid(const struct trace_reader *r, int64_t pid)
+{
+        for (uint32_t i = 0; i < r->n_processes; i++)
+                if (r->processes[i].pid == pid)
+                        return true;
+        return false;
+}
+
+static int load_threads(struct trace_reader *r)
+{
+        uint32_t n;
+        sqlite3_stmt *st;
+        int rc = count_rows(r, "threads", &n);
+        if (rc < 0 ||
+            (rc = prepare(r,
+                          "SELECT ref, pid, tid, python_thread_id, name, first_ns, last_ns, "
+                          "samples FROM threads ORDER BY ref",
+                          &st, "threads")) < 0)
+                return rc;
+        r->threads = calloc((size_t)n + 1, sizeof(*r->threads));
+        if (!r->threads) {
+                sqlite3_finalize(st);
+                return fail_nomem(r);
+        }
+        uint32_t i = 0;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                int64_t ref, pid, tid, pytid, first, last, samples;
+                if (i >= n || !col_int(st, 0, i + 1, i + 1, &ref)) {
+                        sqlite3_finalize(st);
+                        return corrupt(r, "thread refs are not 1, 2, 3...");
+                }
+                if (!col_int(st, 1, 1, INT32_MAX, &pid) || !known_pid(r, pid) ||
+                    !col_int_or_null(st, 2, 0, INT64_MAX, -1, &tid) ||
+                    !col_int_or_null(st, 3, INT64_MIN, INT64_MAX, 0, &pytid) ||
+                    !col_int_or_null(st, 5, -CHUNK_TIME_LIMIT, CHUNK_TIME_LIMIT, -1, &first) ||
+                    !col_int_or_null(st, 6, -CHUNK_TIME_LIMIT, CHUNK_TIME_LIMIT, -1, &last) ||
+                    !col_int(st, 7, 0, INT64_MAX, &samples)) {
+                        sqlite3_finalize(st);
+                        return corrupt(r, "thread %u has a bad pid, id, time or count", i + 1);
+                }
+                i++;
+                struct rthread *t = &r->threads[i];
+                *t = (struct rthread){(int32_t)pid, tid,  (uint64_t)pytid,  NULL,
+                                      first,        last, (uint64_t)samples};
+                r->n_threads = i; /* so that close frees the names so far */
+                if (!col_strdup(st, 4, &t->name)) {
+                        sqlite3_finalize(st);
+                        return fail_nomem(r);
+                }
+        }
+        if ((rc = end_rows(r, st, rc, "reading threads")) < 0)
+                return rc;
+        if (i != n)
+                return corrupt(r, "thread table changed while reading");
+        return 0;
+}
+
+static int load_errors(struct trace_reader *r)
+{
+        sqlite3_stmt *st;
+        int rc = prepare(r, "SELECT kind, count FROM errors", &st, "errors");
+        if (rc < 0)
+                return rc;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                int64_t kind, count;
+                if (!col_int(st, 0, 0, INT64_MAX, &kind) || !col_int(st, 1, 0, INT64_MAX, &count)) {
+                        sqlite3_finalize(st);
+                        return corrupt(r, "an error count is not a non-negative integer");
+                }
+                /* Kinds added by later versions count as "other". */
+                if (kind >= TRACE_ERROR_KIND_COUNT)
+                        kind = TRACE_ERROR_OTHER;
+                uint64_t *e = &r->errors[kind];
+                *e = (uint64_t)count > UINT64_MAX - *e ? UINT64_MAX : *e + (uint64_t)count;
+        }
+        return end_rows(r, st, rc, "reading errors");
+}
+
+static int load_chunk_totals(struct trace_reader *r)
+{
+        sqlite3_stmt *st;
+        /* Sum in C: a damaged count must not make SQLite's sum() overflow. */
+        int rc =
+            prepare(r, "SELECT id, count FROM sample_chunks ORDER BY id", &st, "sample chunks");
+        if (rc < 0)
+                return rc;
+        uint64_t total = 0;
+        int64_t max_id = 0;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                int64_t id, count;
+                if (!col_int(st, 0, 1, INT64_MAX, &id) || !col_int(st, 1, 1, UINT32_MAX, &count)) {
+                        sqlite3_finalize(st);
+                        return corrupt(r, "sample chunk with a bad id or count");
+                }
+                total += (uint64_t)count;
+                max_id = id;
+        }
+        if ((rc = end_rows(r, st, rc, "reading sample chunks")) < 0)
+                return rc;
+        r->max_chunk_id = max_id;
+        r->n_samples = total;
+        return 0;
+}
+
+/*
+ * A recorder killed inside a commit leaves a "hot" journal next to the trace.
+ * A read-only connection may not roll it back; a read-write one does so as
+ * soon as it reads. That restores the last complete commit, which is what
+ * the recorder's last flush left.
+ */
+static int roll_back_hot_journal(struct trace_reader *r)
+{
+        sqlite3 *db = NULL;
+        int64_t v;
+        int rc = sqlite3_open_v2(r->path, &db, SQLITE_OPEN_READWRITE, NULL);
+        if (rc == SQLITE_OK) {
+                sqlite3_busy_timeout(db, 5000);
+                rc = query_int(db, "PRAGMA user_version", &v);
+        }
+        sqlite3_close(db);
+        if (rc != SQLITE_OK)
+                return fail(r, TRACE_ERR_IO,
+                            "%s: the recorder was stopped in the middle of writing and its "
+                            "journal %s-journal must be rolled back, which needs write "
+                            "access to the trace and its directory (%s)",
+                            r->path, r->path, sqlite3_errstr(rc));
+        return 0;
+}
+
+static int begin_read(struct trace_reader *r)
+{
+        int rc = sqlite3_exec(r->db, "BEGIN", NULL, NULL, NULL);
+        int64_t v;
+        if (rc == SQLITE_OK)
+                rc = query_int(r->db, "PRAGMA schema_version", &v);
+        if (rc == SQLITE_READONLY_ROLLBACK) {
+                sqlite3_exec(r->db, "ROLLBACK", NULL, NULL, NULL);
+                int status = roll_back_hot_journal(r);
+                if (status < 0)
+                        return status;
+                rc = sqlite3_exec(r->db, "BEGIN", NULL, NULL, NULL);
+                if (rc == SQLITE_OK)
+                        rc = query_int(r->db, "PRAGMA schema_version", &v);
+        }
+        if (rc != SQLITE_OK) {
+                int status = fail_sqlite(r, rc, "opening");
+                /* Say "truncated" when that is what SQLite found damaged. */
+                return status == TRACE_ERR_CORRUPT && check_truncation(r) < 0 ? TRACE_ERR_CORRUPT
+                                                                              : status;
+        }
+        return check_truncation(r);
+}
+
+static int load(struct trace_reader *r)
+{
+        int rc = sqlite3_open_v2(r->path, &r->db, SQLITE_OPEN_READONLY, NULL);
+        if (rc != SQLITE_OK)
+                return fail_sqlite(r, rc, "opening");
+        /* A live recorder holds the lock briefly once a second: wait for it. */
+        sqlite3_busy_timeout(r->db, 5000);
+        sqlite3_extended_result_codes(r->db, 1);
+        if ((rc = begin_read(r)) < 0)
+                return rc;
+        if ((rc = check_schema(r)) < 0 || (rc = load_meta(r)) < 0 || (rc = load_strings(r)) < 0 ||
+            (rc = load_frames(r)) < 0 || (rc = load_stacks(r)) < 0 ||
+            (rc = load_processes(r)) < 0 || (rc = load_threads(r)) < 0 ||
+            (rc = load_errors(r)) < 0 || (rc = load_chunk_totals(r)) < 0) {
+                sqlite3_exec(r->db, "ROLLBACK", NULL, NULL, NULL);
+                return rc;
+        }
+        sqlite3_exec(r->db, "COMMIT", NULL, NULL, NULL);
+        r->loaded = true;
+        return 0;
+}
+
+TRACE_API int trace_reader_open(const char *path, struct trace_reader **out)
+{
+        if (!out)
+                return TRACE_ERR_ARG;
+        struct trace_reader *r = calloc(1, sizeof(*r));
+        if (!r)
+                return TRACE_ERR_NOMEM;
+        int rc;
+        if (!path || !*path)
+                rc = fail(r, TRACE_ERR_ARG, "no trace file given");
+        else if (!(r->path = strdup(path)))
+                rc = fail_nomem(r);
+        else if ((rc = check_file(r)) == 0)
+                rc = load(r);
+        *out = r;
+        return rc;
+}
+
+TRACE_API const char *trace_reader_errmsg(const struct trace_reader *r)
+{
+        return r ? r->errmsg : "no reader";
+}
+
+TRACE_API void trace_reader_close(struct trace_reader *r)
+{
+        if (!r)
+                return;
+        sqlite3_close(r->db);
+        for (size_t i = 0; i < r->n_meta; i++) {
+                free(r->meta_keys[i]);
+                free(r->meta_values[i]);
+        }
+        free(r->meta_keys);
+        free(r->meta_values);
+        free(r->string_arena);
+        free(r->strings);
+        free(r->frames);
+        free(r->stack_parent);
+        free(r->stack_frame);
+        free(r->stack_depth);
+        for (uint32_t i = 1; r->threads && i <= r->n_threads; i++)
+                free(r->threads[i].name);
+        free(r->threads);
+        for (uint32_t i = 0; i < r->n_processes; i++) {
+                free(r->processes[i].cmdline);
+                free(r->processes[i].python_version);
+                free(r->processes[i].python_build);
+        }
+        free(r->processes);
+        free(r->path);
+        free(r);
+}
+
+/* ------------------------------------------------------------------ */
+/* What was loaded                                                     */
+/* ------------------------------------------------------------------ */
+
+TRACE_API const char *trace_reader_meta(const struct trace_reader *r, const char *key)
+{
+        if (!r || !key)
+                return NULL;
+        for (size_t i = 0; i < r->n_meta; i++)
+                if (!strcmp(r->meta_keys[i], key))
+                        return r->meta_values[i];
+        return NULL;
+}
+
+TRACE_API bool trace_reader_meta_at(const struct trace_reader *r, size_t i, const char **key,
+                                    const char **value)
+{
+        if (!r || i >= r->n_meta)
+                return false;
+        if (key)
+                *key = r->meta_keys[i];
+        if (value)
+                *value = r->meta_values[i];
+        return true;
+}
+
+/* Parse an integer meta value; false when absent or not an integer. */
+static bool meta_int(const struct trace_reader *r, const char *key, int64_t *v)
+{
+        const char *s = trace_reader_meta(r, key);
+        if (!s || !*s)
+                return false;
+        char *end;
+        errno = 0;
+        long long x = strtoll(s, &end, 10);
+        if (errno || *end)
+                return false;
+        *v = x;
+        return true;
+}
+
+TRACE_API int trace_reader_summary(struct trace_reader *r, struct trace_summary *out)
+{
+        if (!r || !out)
+                return TRACE_ERR_ARG;
+        if (!r->loaded)
+                return fail(r, TRACE_ERR_STATE, "the trace could not be opened");
+        struct trace_summary s = {0};
+        int64_t start, end;
+        s.finalized = trace_reader_meta(r, TRACE_META_END_WALL_NS) != NULL;
+        if (s.finalized && meta_int(r, TRACE_META_START_MONO_NS, &start) &&
+            meta_int(r, TRACE_META_END_MONO_NS, &end) && end >= start) {
+                s.duration_ns = end - start;
+        } else {
+                for (uint32_t i = 1; i <= r->n_threads; i++)
+                        if (r->threads[i].samples && r->threads[i].last_ns > s.duration_ns)
+                                s.duration_ns = r->threads[i].last_ns;
+        }
+        s.samples = r->n_samples;
+        memcpy(s.errors, r->errors, sizeof(s.errors));
+        s.threads = r->n_threads;
+        s.processes = r->n_processes;
+        s.stacks = r->n_stacks;
+        s.frames = r->n_frames;
+        const char *rate = trace_reader_meta(r, TRACE_META_RATE_HZ);
+        if (rate) {
+                char *end_p;
+                double hz = strtod(rate, &end_p);
+                if (end_p != rate && hz > 0 && hz < 1e12)
+                        s.rate_hz = hz;
+        }
+        *out = s;
+        return 0;
+}
+
+TRACE_API uint32_t trace_reader_frame_count(const struct trace_reader *r)
+{
+        return r ? r->n_frames : 0;
+}
+
+TRACE_API int trace_reader_frame(const struct trace_reader *r, uint32_t frame_id,
+                                 struct trace_frame *out)
+{
+        if (!r || !out || frame_id == 0 || frame_id > r->n_frames)
+                return TRACE_ERR_ARG;
+        const struct rframe *f = &r->frames[frame_id];
+        out->function = r->strings[f->function];
+        out->qualname = f->qualname ? r->strings[f->qualname] : NULL;
+        out->file = r->strings[f->file];
+        out->line = f->line;
+        out->first_line = f->first_line;
+        out->kind = f->kind;
+        return 0;
+}
+
+TRACE_API uint32_t trace_reader_stack_count(const struct trace_reader *r)
+{
+        return r ? r->n_stacks : 0;
+}
+
+TRACE_API int trace_reader_stack_node(const struct trace_reader *r, uint32_t stack_id,
+                                      uint32_t *parent, uint32_t *frame_id)
+{
+        if (!r || stack_id == TRACE_STACK_EMPTY || stack_id >= r->n_stacks)
+                return TRACE_ERR_ARG;
+        if (parent)
+                *parent = r->stack_parent[stack_id];
+        if (frame_id)
+                *frame_id = r->stack_frame[stack_id];
+        return 0;
+}
+
+TRACE_API uint32_t trace_reader_stack_depth(const struct trace_reader *r, uint32_t stack_id)
+{
+        if (!r || stack_id >= r->n_stacks)
+                return 0;
+        return r->stack_depth[stack_id];
+}
+
+TRACE_API int trace_reader_stack_frames(const struct trace_reader *r, uint32_t stack_id,
+                                        uint32_t *frames, size_t cap)
+{
+        if (!r || stack_id >= r->n_stacks || (cap && !frames))
+                return TRACE_ERR_ARG;
+        uint32_t depth = r->stack_depth[stack_id];
+        if (depth > INT32_MAX)
+                return TRACE_ERR_ARG;
+        /* Walk from the top (depth d) to the root, writing frames[d - 1] first. */
+        uint32_t s = stack_id;
+        for (uint32_t d = depth; d > 0; d--) {
+                if (d - 1 < cap)
+                        frames[d - 1] = r->stack_frame[s];
+                s = r->stack_parent[s];
+        }
+        return (int)depth;
+}
+
+TRACE_API uint32_t trace_reader_thread_count(const struct trace_reader *r)
+{
+        return r ? r->n_threads : 0;
+}
+
+TRACE_API int trace_reader_thread_at(const struct trace_reader *r, uint32_t i,
+                                     struct trace_thread *out)
+{
+        if (!r || !out || i >= r->n_threads)
+                return TRACE_ERR_ARG;
+        const struct rthread *t = &r->threads[i + 1];
+        out->ref = i + 1;
+        out->pid = t->pid;
+        out->tid = t->tid;
+        out->python_thread_id = t->python_thread_id;
+        out->name = t->name;
+        out->first_ns = t->samples ? t->first_ns : -1;
+        out->last_ns = t->samples ? t->last_ns : -1;
+        out->samples = t->samples;
+        return 0;
+}
+
+TRACE_API uint32_t trace_reader_process_count(const struct trace_reader *r)
+{
+        return r ? r->n_processes : 0;
+}
+
+TRACE_API int trace_reader_process_at(const struct trace_reader *r, uint32_t i,
+                                      struct trace_process *out)
+{
+        if (!r || !out || i >= r->n_processes)
+                return TRACE_ERR_ARG;
+        const struct rprocess *p = &r->processes[i];
+        out->pid = p->pid;
+        out->cmdline = p->cmdline;
+        out->python_version = p->python_version;
+        out->python_build = p->python_build;
+        out->exit_status = p->exit_status;
+        out->end_ns = p->end_ns;
+        return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Samples                                                             */
+/* ------------------------------------------------------------------ */
+
+/* Where a scan delivers samples: a callback, or counts per stack. */
+struct sink {
+        trace_sample_fn fn;
+        void *ctx;
+        uint64_t *counts;
+        uint64_t total;
+};
+
+/* Which threads a filter keeps: want[ref] for refs 1..n_threads. */
+static int thread_mask(struct trace_reader *r, const struct trace_filter *f, bool **out)
+{
+        bool *want = calloc((size_t)r->n_threads + 1, sizeof(bool));
+        if (!want)
+                return fail_nomem(r);
+        for (uint32_t ref = 1; ref <= r->n_threads; ref++) {
+                bool keep = true;
+                if (f && f->n_pids) {
+                        keep = false;
+                        for (size_t i = 0; i < f->n_pids; i++)
+                                keep |= f->pids[i] == r->threads[ref].pid;
+                }
+                if (keep && f && f->n_threads) {
+                        keep = false;
+                        for (size_t i = 0; i < f->n_threads; i++)
+                                keep |= f->threads[i] == ref;
+                }
+                want[ref] = keep;
+        }
+        *out = want;
+        return 0;
+}
+
+static int scan(struct trace_reader *r, const struct trace_filter *f, struct sink *sink)
+{
+        if (!r->loaded)
+                return fail(r, TRACE_ERR_STATE, "the trace could not be opened");
+        if (f && ((f->n_pids && !f->pids) || (f->n_threads && !f->threads) ||
+                  (f->to_ns && f->to_ns <= f->from_ns)))
+                return fail(r, TRACE_ERR_ARG, "bad filter: NULL list or empty time window");
+        int64_t from = f ? f->from_ns : INT64_MIN;
+        int64_t to = f && f->to_ns ? f->to_ns : INT64_MAX; /* exclusive */
+        unsigned require = f ? f->state_require : 0, exclude = f ? f->state_exclude : 0;
+        bool *want = NULL;
+        int rc = thread_mask(r, f, &want);
+        if (rc < 0)
+                return rc;
+        sqlite3_stmt *st;
+        /* Only chunks of the snapshot loaded at open: later ones may use newer stacks. */
+        rc = sqlite3_prepare_v2(r->db,
+                                "SELECT id, thread, first_ns, last_ns, count, data "
+                                "FROM sample_chunks WHERE id <= ?1 AND last_ns >= ?2 "
+                                "AND first_ns < ?3 ORDER BY id",
+                                -1, &st, NULL);
+        if (rc != SQLITE_OK) {
+                free(want);
+                return fail_sqlite(r, rc, "reading samples");
+        }
+        sqlite3_bind_int64(st, 1, r->max_chunk_id);
+        sqlite3_bind_int64(st, 2, from);
+        sqlite3_bind_int64(st, 3, to);
+        int status = 0;
+        while (status == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+                int64_t id = sqlite3_column_int64(st, 0), thread, first, last, count;
+                if (!col_int(st, 1, 1, r->n_threads, &thread) ||
+                    !col_int(st, 2, INT64_MIN, INT64_MAX, &first) ||
+                    !col_int(st, 3, INT64_MIN, INT64_MAX, &last) ||
+                    !col_int(st, 4, 1, UINT32_MAX, &count)) {
+                        status = corrupt(r, "sample chunk %lld has a bad thread, time or count",
+                                         (long long)id);
+                        break;
+                }
+                if (!want[thread])
+                        continue;
+                /* The blob is fetched only now, for the chunks we decode. */
+                const void *blob = sqlite3_column_blob(st, 5);
+                int len = sqlite3_column_bytes(st, 5);
+                if (!blob && sqlite3_errcode(r->db) == SQLITE_NOMEM) {
+                        status = fail_nomem(r);
+                        break;
+                }
+                struct chunk_cursor c = {0};
+                const char *why = NULL;
+                int d =
+                    chunk_cursor_init(&c, blob, (size_t)len, first, last, count, r->n_stacks, &why);
+                bool whole = first >= from && last < to && !require && !exclude;
+                struct trace_sample s = {.thread = (uint32_t)thread};
+                while (d == 0) {
+                        d = chunk_cursor_next(&c, &why);
+                        if (d != 1)
+                                break; /* 0: end of a consistent chunk */
+                        d = 0;
+                        if (!whole && (c.t_ns < from || c.t_ns >= to ||
+                                       (c.state & require) != require || (c.state & exclude)))
+                                continue;
+                        if (sink->counts) {
+                                sink->counts[c.stack]++;
+                                sink->total++;
+                                continue;
+                        }
+                        s.t_ns = c.t_ns;
+                        s.stack = c.stack;
+                        s.state = c.state;
+                        int stop = sink->fn(sink->ctx, &s);
+                        if (stop) {
+                                status = stop;
+                                break;
+                        }
+                }
+                if (d < 0)
+                        status = corrupt(r, "sample chunk %lld (thread %lld): %s", (long long)id,
+                                         (long long)thread, why);
+        }
+        if (status == 0 && rc != SQLITE_DONE)
+                status = fail_sqlite(r, rc, "reading samples");
+        sqlite3_finalize(st);
+        free(want);
+        return status;
+}
+
+TRACE_API int trace_reader_foreach_sample(struct trace_reader *r, const struct trace_filter *filter,
+                                          trace_sample_fn fn, void *ctx)
+{
+        if (!r || !fn)
+                return TRACE_ERR_ARG;
+        struct sink sink = {.fn = fn, .ctx = ctx};
+        return scan(r, filter, &sink);
+}
+
+TRACE_API int trace_reader_count_by_stack(struct trace_reader *r, const struct trace_filter *filter,
+                                          uint64_t **counts, uint64_t *total)
+{
+        if (!r || !counts)
+                return TRACE_ERR_ARG;
+        struct sink sink = {.counts = calloc(r->n_stacks ? r->n_stacks : 1, sizeof(uint64_t))};
+        if (!sink.counts)
+                return fail_nomem(r);
+        int rc = scan(r, filter, &sink);
+        if (rc != 0) {
+                free(sink.counts);
+                return rc;
+        }
+        *counts = sink.counts;
+        if (total)
+                *total = sink.total;
+        return 0;
+}

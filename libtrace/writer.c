@@ -1,0 +1,1260 @@
+/*
+ * writer.c - the trace writer: creates a trace file from the embedded schema
+ * and fills it while pyflame-record samples.
+ *
+ * Nothing on the per-sample path touches SQLite. Strings, frames, stacks and
+ * threads are interned in memory (idmap.h); add_sample encodes the sample
+ * straight into its thread's chunk buffer (chunk.h) and bumps an in-memory
+ * (thread, stack, state) counter. trace_writer_flush() then writes everything
+ * new since the last flush in one transaction: new strings, frames, stacks,
+ * changed processes and threads, the chunks, changed stack counts, error
+ * counts and meta. What a flush writes is marked committed only after COMMIT
+ * succeeded, so a failed flush (disk full, a reader holding the lock too
+ * long) loses nothing: the next flush writes it all again.
+ *
+ * add_sample flushes by itself once TRACE_WRITER_FLUSH_INTERVAL_NS of real
+ * (CLOCK_MONOTONIC) time has passed. It looks at the clock when the sample
+ * timestamps say a second has gone by, and at least every 4096 samples, so
+ * the check costs nearly nothing per sample whatever the timestamps are.
+ *
+ * The database uses a rollback journal (a trace is one self-contained file)
+ * and synchronous=OFF: a killed recorder loses at most its last second, and
+ * only an operating-system crash can damage the file.
+ *
+ * A writer is not thread-safe; the recorder drives it from one thread.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "chunk.h"
+#include "idmap.h"
+#include "pfutil.h"
+#include "pyflame-config.h"
+#include "trace.h"
+#include "trace_internal.h"
+
+/* Refs are packed into the stack-count key above 35 bits (see scount_key). */
+#define MAX_THREADS ((1u << 28) - 1)
+/* Ids are uint32_t and the counts must fit too. */
+#define MAX_IDS (UINT32_MAX - 1)
+/* Check the clock at least this often (in samples) for automatic flushes. */
+#define CLOCK_CHECK_SAMPLES 4096u
+
+struct wstring {
+        size_t off; /* into the arena */
+        size_t len;
+};
+
+struct wframe {
+        uint32_t function, qualname, file; /* string ids; qualname 0: none */
+        int32_t line, first_line;
+        int kind;
+};
+
+struct wstack {
+        uint32_t parent, frame, depth;
+};
+
+struct wthread {
+        int32_t pid;
+        int64_t tid;
+        uint64_t python_thread_id;
+        char *name;
+        bool dirty; /* its row must be (re)written */
+        /* The chunk being filled. */
+        struct pf_buf buf;
+        struct chunk_encoder enc;
+        /* Over the whole recording (relative times). */
+        int64_t first_ns, last_ns;
+        uint64_t samples;
+};
+
+/* A full chunk waiting for the next flush. */
+struct wchunk {
+        uint32_t thread;
+        struct chunk_encoder enc;
+        struct pf_buf data;
+};
+
+struct wprocess {
+        int32_t pid;
+        char *cmdline, *python_version, *python_build;
+        int exit_status;
+        int64_t end_ns;
+        bool ended;
+        bool dirty;
+};
+
+struct werrors {
+        int32_t pid;
+        uint64_t n[TRACE_ERROR_KIND_COUNT];
+        bool dirty;
+};
+
+struct wmeta {
+        char *key;
+        char *text; /* NULL for an integer value */
+        int64_t num;
+        bool dirty;
+};
+
+/* A (thread, stack, state) counter; key 0 marks an empty slot. */
+struct scount {
+        uint64_t key;
+        uint64_t count, committed;
+};
+
+enum {
+        ST_STRING,
+        ST_FRAME,
+        ST_STACK,
+        ST_PROCESS,
+        ST_THREAD,
+        ST_CHUNK,
+        ST_SCOUNT,
+        ST_ERRORS,
+        ST_META,
+        ST_COUNT
+};
+
+static const char *const statement_sql[ST_COUNT] = {
+    [ST_STRING] = "INSERT INTO strings(id, value) VALUES (?1, ?2)",
+    [ST_FRAME] = "INSERT INTO frames(id, function, qualname, file, line, first_line, kind) "
+                 "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    [ST_STACK] = "INSERT INTO stacks(id, parent, frame, depth) VALUES (?1, ?2, ?3, ?4)",
+    [ST_PROCESS] = "INSERT OR REPLACE INTO processes(pid, cmdline, python_version, "
+                   "python_build, exit_status, end_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    [ST_THREAD] = "INSERT OR REPLACE INTO threads(ref, pid, tid, python_thread_id, name, "
+                  "first_ns, last_ns, samples) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    [ST_CHUNK] = "INSERT INTO sample_chunks(thread, first_ns, last_ns, count, data) "
+                 "VALUES (?1, ?2, ?3, ?4, ?5)",
+    [ST_SCOUNT] = "INSERT OR REPLACE INTO stack_counts(thread, stack, state, samples) "
+                  "VALUES (?1, ?2, ?3, ?4)",
+    [ST_ERRORS] = "INSERT OR REPLACE INTO errors(pid, kind, count) VALUES (?1, ?2, ?3)",
+    [ST_META] = "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
+};
+
+enum writer_state { W_OPEN, W_FINALIZED, W_FAILED };
+
+struct trace_writer {
+        enum writer_state state;
+        sqlite3 *db;
+        sqlite3_stmt *stmt[ST_COUNT];
+        char errmsg[512];
+        int64_t start_mono_ns;
+
+        /* Strings: ids 1..n_strings, entry 0 unused. */
+        struct pf_buf arena;
+        struct wstring *strings;
+        uint32_t n_strings, cap_strings, committed_strings;
+        struct idmap string_index;
+
+        /* Frames: ids 1..n_frames, entry 0 unused. */
+        struct wframe *frames;
+        uint32_t n_frames, cap_frames, committed_frames;
+        struct idmap frame_index;
+
+        /* Stacks: ids 0..n_stacks-1; stack 0 is in the schema already. */
+        struct wstack *stacks;
+        uint32_t n_stacks, cap_stacks, committed_stacks;
+        struct idmap stack_index;
+
+        /* Threads: refs 1..n_threads, entry 0 unused. */
+        struct wthread *threads;
+        uint32_t n_threads, cap_threads;
+        struct idmap thread_index;
+
+        struct wchunk *sealed;
+        size_t n_sealed, cap_sealed;
+        uint32_t chunk_max;
+
+        struct scount *scounts;
+        size_t scount_mask, n_scounts;
+
+        struct wprocess *processes;
+        size_t n_processes, cap_processes;
+        struct werrors *errors;
+        size_t n_errors, cap_errors;
+        uint64_t errors_total;
+        struct wmeta *meta;
+        size_t n_meta, cap_meta;
+
+        uint64_t samples_total;
+
+        /* Automatic flushing. */
+        int64_t flush_interval_ns;
+        int64_t last_flush_mono_ns;
+        int64_t next_check_sample_ns;
+        uint32_t samples_since_check;
+};
+
+static int fail(struct trace_writer *w, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(struct trace_writer *w, int status, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(w->errmsg, sizeof(w->errmsg), fmt, ap);
+        va_end(ap);
+        return status;
+}
+
+static int fail_nomem(struct trace_writer *w)
+{
+        return fail(w, TRACE_ERR_NOMEM, "out of memory");
+}
+
+/* Report a failed SQLite call, naming what we were doing. */
+static int fail_sqlite(struct trace_writer *w, int rc, const char *doing)
+{
+        int status = trace_status_from_sqlite(rc);
+        const char *detail = w->db ? sqlite3_errmsg(w->db) : sqlite3_errstr(rc);
+        if ((rc & 0xff) == SQLITE_FULL)
+                return fail(w, TRACE_ERR_IO, "%s: disk full (%s)", doing, detail);
+        if ((rc & 0xff) == SQLITE_BUSY)
+                return fail(w, TRACE_ERR_IO,
+                            "%s: the trace is locked by another process (a reader holding it "
+                            "too long?); the data stays buffered for the next flush",
+                            doing);
+        if (status == TRACE_ERR_NOMEM)
+                return fail_nomem(w);
+        return fail(w, status == TRACE_ERR_NOT_SQLITE ? TRACE_ERR_IO : status, "%s: %s", doing,
+                    detail);
+}
+
+/* Grow an array of `elem`-byte entries to hold at least `need` entries. */
+static int grow_array(void **p, size_t *cap, size_t elem, size_t need)
+{
+        if (need <= *cap)
+                return 0;
+        size_t n = *cap ? *cap : 16;
+        while (n < need) {
+                if (n > SIZE_MAX / 2 / elem)
+                        return -1;
+                n *= 2;
+        }
+        void *q = realloc(*p, n * elem);
+        if (!q)
+                return -1;
+        *p = q;
+        *cap = n;
+        return 0;
+}
+
+/* grow_array for uint32_t capacities (the id tables). */
+static int grow_table(void **p, uint32_t *cap, size_t elem, size_t need)
+{
+        size_t c = *cap;
+        if (need > MAX_IDS + 1u)
+                return -1;
+        if (grow_array(p, &c, elem, need) < 0)
+                return -1;
+        *cap = c > MAX_IDS + 1u ? MAX_IDS + 1u : (uint32_t)c;
+        return 0;
+}
+
+static char *dup_or_null(const char *s)
+{
+        return s ? strdup(s) : NULL;
+}
+
+/* Replace *slot with a copy of s (NULL allowed). Returns 0 or -1 (slot unchanged). */
+static int replace_string(char **slot, const char *s)
+{
+        char *copy = NULL;
+        if (s && !(copy = strdup(s)))
+                return -1;
+        free(*slot);
+        *slot = copy;
+        return 0;
+}
+
+/* Time relative to the start, if within the range the format allows. */
+static bool relative_time(const struct trace_writer *w, int64_t t_ns, int64_t *rel)
+{
+        return !__builtin_sub_overflow(t_ns, w->start_mono_ns, rel) && *rel > -CHUNK_TIME_LIMIT &&
+               *rel < CHUNK_TIME_LIMIT;
+}
+
+static int check_open(struct trace_writer *w)
+{
+        if (!w)
+                return TRACE_ERR_ARG;
+        if (w->state == W_FINALIZED)
+                return fail(w, TRACE_ERR_STATE, "the trace was already finalized");
+        if (w->state == W_FAILED)
+                return fail(w, TRACE_ERR_STATE, "the trace could not be created");
+        return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Meta                                                                */
+/* ------------------------------------------------------------------ */
+
+static struct wmeta *meta_slot(struct trace_writer *w, const char *key)
+{
+        for (size_t i = 0; i < w->n_meta; i++)
+                if (!strcmp(w->meta[i].key, key))
+                        return &w->meta[i];
+        if (grow_array((void **)&w->meta, &w->cap_meta, sizeof(*w->meta), w->n_meta + 1) < 0)
+                return NULL;
+        char *k = strdup(key);
+        if (!k)
+                return NULL;
+        struct wmeta *m = &w->meta[w->n_meta++];
+        memset(m, 0, sizeof(*m));
+        m->key = k;
+        return m;
+}
+
+static int set_meta(struct trace_writer *w, const char *key, const char *text, int64_t num)
+{
+        if (!key || !*key)
+                return fail(w, TRACE_ERR_ARG, "meta key must be a non-empty string");
+        char *copy = NULL;
+        if (text && !(copy = strdup(text)))
+                return fail_nomem(w);
+        struct wmeta *m = meta_slot(w, key);
+        if (!m) {
+                free(copy);
+                return fail_nomem(w);
+        }
+        free(m->text);
+        m->text = copy;
+        m->num = num;
+        m->dirty = true;
+        return 0;
+}
+
+TRACE_API int trace_writer_set_meta(struct trace_writer *w, const char *key, const char *value)
+{
+        int rc = check_open(w);
+        if (rc < 0)
+                return rc;
+        if (!value)
+                return fail(w, TRACE_ERR_ARG, "meta value of \"%s\" is NULL", key ? key : "");
+        return set_meta(w, key, value, 0);
+}
+
+TRACE_API int trace_writer_set_meta_int(struct trace_writer *w, const char *key, int64_t value)
+{
+        int rc = check_open(w);
+        if (rc < 0)
+                return rc;
+        return set_meta(w, key, NULL, value);
+}
+
+/* ------------------------------------------------------------------ */
+/* Interning                                                           */
+/* ------------------------------------------------------------------ */
+
+struct string_key {
+        const struct trace_writer *w;
+        const char *s;
+        size_t len;
+};
+
+static bool string_eq(const void *key, uint32_t id)
+{
+        const struct string_key *k = key;
+        const struct wstring *e = &k->w->strings[id];
+        return e->len == k->len && !memcmp(k->w->arena.data + e->off, k->s, k->len);
+}
+
+/* Intern a string and set *id (>= 1). */
+static int intern_string(struct trace_writer *w, const char *s, uint32_t *id)
+{
+        struct string_key k = {w, s, strlen(s)};
+        uint64_t h = pf_hash_bytes(s, k.len, 0);
+        uint32_t found = idmap_find(&w->string_index, h, string_eq, &k);
+        if (found) {
+                *id = found;
+                return 0;
+        }
+        uint32_t nid = w->n_strings + 1;
+        if (nid > MAX_IDS)
+                return fail(w, TRACE_ERR_ARG, "too many distinct strings");
+        if (grow_table((void **)&w->strings, &w->cap_strings, sizeof(*w->strings),
+                       (size_t)nid + 1) < 0)
+                return fail_nomem(w);
+        size_t off = w->arena.len;
+        if (pf_buf_append(&w->arena, s, k.len) < 0)
+                return fail_nomem(w);
+        if (idmap_insert(&w->string_index, h, nid) < 0) {
+                w->arena.len = off;
+                return fail_nomem(w);
+        }
+        w->strings[nid] = (struct wstring){off, k.len};
+        w->n_strings = nid;
+        *id = nid;
+        return 0;
+}
+
+struct frame_key {
+        const struct trace_writer *w;
+        struct wframe f;
+};
+
+static bool frame_eq(const void *key, uint32_t id)
+{
+        const struct frame_key *k = key;
+        const struct wframe *a = &k->w->frames[id], *b = &k->f;
+        return a->function == b->function && a->qualname == b->qualname && a->file == b->file &&
+               a->line == b->line && a->first_line == b->first_line && a->kind == b->kind;
+}
+
+static uint64_t frame_hash(const struct wframe *f)
+{
+        uint64_t h = pf_hash_u64(0x6672616d65ULL, f->function);
+        h = pf_hash_u64(h, f->qualname);
+        h = pf_hash_u64(h, f->file);
+        h = pf_hash_u64(h, (uint64_t)(uint32_t)f->line << 32 | (uint32_t)f->first_line);
+        return pf_hash_u64(h, (uint64_t)f->kind);
+}
+
+TRACE_API int trace_writer_intern_frame(struct trace_writer *w, const struct trace_frame_desc *f,
+                                        uint32_t *frame_id)
+{
+        int rc = check_open(w);
+        if (rc < 0)
+                return rc;
+        if (!f || !frame_id || !f->function || !f->file)
+                return fail(w, TRACE_ERR_ARG, "a frame needs a function and a file name");
+        if (f->kind != TRACE_FRAME_PYTHON && f->kind != TRACE_FRAME_NATIVE &&
+            f->kind != TRACE_FRAME_SPECIAL)
+                return fail(w, TRACE_ERR_ARG, "unknown frame kind %d", (int)f->kind);
+        struct frame_key k = {w,
+                              {0, 0, 0, f->line < 0 ? -1 : f->line,
+                               f->first_line < 0 ? -1 : f->first_line, (int)f->kind}};
+        /* Strings interned here stay interned even if the frame fails: harmless. */
+        if ((rc = intern_string(w, f->function, &k.f.function)) < 0 ||
+            (f->qualname && (rc = intern_string(w, f->qualname, &k.f.qualname)) < 0) ||
+            (rc = intern_string(w, f->file, &k.f.file)) < 0)
+                return rc;
+        uint64_t h = frame_hash(&k.f);
+        uint32_t found = idmap_find(&w->frame_index, h, frame_eq, &k);
+        if (found) {
+                *frame_id = found;
+                return 0;
+        }
+        uint32_t nid = w->n_frames + 1;
+        if (nid > MAX_IDS)
+                return fail(w, TRACE_ERR_ARG, "too many distinct frames");
+        if (grow_table((void **)&w->frames, &w->cap_frames, sizeof(*w->frames), (size_t)nid + 1) <
+            0)
+                return fail_nomem(w);
+        if (idmap_insert(&w->frame_index, h, nid) < 0)
+                return fail_nomem(w);
+        w->frames[nid] = k.f;
+        w->n_frames = nid;
+        *frame_id = nid;
+        return 0;
+}
+
+struct stack_key {
+        const struct trace_writer *w;
+        uint32_t parent, frame;
+};
+
+static bool stack_eq(const void *key, uint32_t id)
+{
+        const struct stack_key *k = key;
+        const struct wstack *s = &k->w->stacks[id];
+        return s->parent == k->parent && s->frame == k->frame;
+}
+
+static int intern_stack(struct trace_writer *w, uint32_t parent, uint32_t frame, uint32_t *stack_id)
+{
+        if (parent >= w->n_stacks)
+                return fail(w, TRACE_ERR_ARG, "unknown parent stack %u", parent);
+        if (frame == 0 || frame > w->n_frames)
+                return fail(w, TRACE_ERR_ARG, "unknown frame %u", frame);
+        struct stack_key k = {w, parent, frame};
+        uint64_t h = pf_hash_u64(pf_hash_u64(0x737461636bULL, parent), frame);
+        uint32_t found = idmap_find(&w->stack_index, h, stack_eq, &k);
+        if (found) {
+                *stack_id = found;
+                return 0;
+        }
+        uint32_t nid = w->n_stacks;
+        if (nid > MAX_IDS)
+                return fail(w, TRACE_ERR_ARG, "too many distinct stacks");
+        if (grow_table((void **)&w->stacks, &w->cap_stacks, sizeof(*w->stacks), (size_t)nid + 1) <
+            0)
+                return fail_nomem(w);
+        if (idmap_insert(&w->stack_index, h, nid) < 0)
+                return fail_nomem(w);
+        w->stacks[nid] = (struct wstack){parent, frame, w->stacks[parent].depth + 1};
+        w->n_stacks = nid + 1;
+        *stack_id = nid;
+        return 0;
+}
+
+TRACE_API int trace_writer_intern_stack(struct trace_writer *w, uint32_t parent, uint32_t frame,
+                                        uint32_t *stack_id)
+{
+        int rc = check_open(w);
+        if (rc < 0)
+                return rc;
+        if (!stack_id)
+                return fail(w, TRACE_ERR_ARG, "stack_id is NULL");
+        return intern_stack(w, parent, frame, stack_id);
+}
+
+TRACE_API int trace_writer_intern_stack_frames(struct trace_writer *w, const uint32_t *frames,
+                                               size_t depth, uint32_t *stack_id)
+{
+        int rc = check_open(w);
+        if (rc < 0)
+                return rc;
+        if (!stack_id || (depth && !frames))
+                return fail(w, TRACE_ERR_ARG, "NULL frames or stack_id");
+        uint32_t s = TRACE_STACK_EMPTY;
+        for (size_t i = 0; i < depth; i++)
+                if ((rc = intern_stack(w, s, frames[i], &s)) < 0)
+                        return rc;
+        *stack_id = s;
+        return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Processes, threads, errors                                          */
+/* ------------------------------------------------------------------ */
+
+static struct wprocess *find_process(struct trace_writer *w, int32_t pid)
+{
+        for (size_t i = 0; i < w->n_processes; i++)
+                if (w->processes[i].pid == pid)
+                        return &w->processes[i];
+        return NULL;
+}
+
+TRACE_API int trace_writer_add_process(struct trace_writer *w, const struct trace_process_desc *p)
+{
+        int rc = check_open(w);
+        if (rc < 0)
+                return rc;
+        if (!p || p->pid <= 0)
+                return fail(w, TRACE_ERR_ARG, "a process needs a pid > 0");
+        struct wprocess fresh = {.pid = p->pid, .exit_status = -1, .end_ns = -1};
+        fresh.cmdline = dup_or_null(p->cmdline);
+        fresh.python_version = dup_or_null(p->python_version);
+        fresh.python_build = dup_or_null(p->python_build);
+        if ((p->cmdline && !fresh.cmdline) || (p->python_version && !fresh.python_version) ||
+            (p->python_build && !fresh.python_build)) {
+                free(fresh.cmdline);
+                free(fresh.python_version);
+                free(fresh.python_build);
+                return fail_nomem(w);
+        }
+        struct wprocess *e = find_process(w, p->pid);
+        if (e) {
+                free(e->cmdline);
+                free(e->python_version);
+                free(e->python_build);
+                e->cmdline = fresh.cmdline;
+                e->python_version = fresh.python_version;
+                e->python_build = fresh.python_build;
+                e->dirty = true;
+                return 0;
+        }
+        if (grow_array((void **)&w->processes, &w->cap_processes, sizeof(*w->processes),
+                       w->n_processes + 1) < 0) {
+                free(fresh.cmdline);
+                free(fresh.python_version);
+                free(fresh.python_build);
+                return fail_nomem(w);
+        }
+        fresh.dirty = true;
+        w->processes[w->n_processes++] = fresh;
+        return 0;
+}
+
+TRACE_API int trace_writer_end_process(struct trace_writer *w, int32_t pid, int exit_status,
+                                       int64_t t_ns)
+{
+        int rc = check_open(w);
+        if (rc < 0)
+                return rc;
+        struct wprocess *e = find_process(w, pid);
+        if (!e)
+                return fail(w, TRACE_ERR_ARG, "process %d was not added", (int)pid);
+        int64_t rel;
+        if (!relative_time(w, t_ns, &rel))
+                return fail(w, TRACE_ERR_ARG, "end time %lld is not a monotonic clock time",
+                            (long long)t_ns);
+        e->exit_status = exit_status < 0 ? -1 : exit_status;
+        e->end_ns = rel;
+        e->ended = true;
+        e->dirty = true;
+        return 0;
+}
+
+struct thread_key {
+        const struct trace_writer *w;
+        int32_t pid;
+        int64_t tid;
+        uint64_t python_thread_id;
+};
+
+static bool thread_eq(const void *key, uint32_t ref)
+{
+        const struct thread_key *k = key;
+        const struct wthread *t = &k->w->threads[ref];
+        return t->pid == k->pid && t->tid == k->tid && t->python_thread_id == k->python_thread_id;
+}
+
+TRACE_API int trace_writer_add_thread(struct trace_writer *w, const struct trace_thread_desc *t,
+                                      uint32_t *thread_ref)
+{
+        int rc = check_open(w);
+        if (rc < 0)
+                return rc;
+        if (!t || !thread_ref)
+                return fail(w, TRACE_ERR_ARG, "NULL thread description or thread_ref");
+        if (!find_process(w, t->pid))
+                return fail(w, TRACE_ERR_ARG,
+                            "thread of pid %d: add the process first (trace_writer_add_process)",
+                            (int)t->pid);
+        struct thread_key k = {w, t->pid, t->tid < 0 ? -1 : t->tid, t->python_thread_id};
+        uint64_t h =
+            pf_hash_u64(pf_hash_u64(pf_hash_u64(0x746872ULL, (uint32_t)k.pid), (uint64_t)k.tid),
+                        k.python_thread_id);
+        uint32_t found = idmap_find(&w->thread_index, h, thread_eq, &k);
+        if (found) {
+                *thread_ref = found;
+                return 0;
+        }
+        uint32_t ref = w->n_threads + 1;
+        if (ref > MAX_THREADS)
+                return fail(w, TRACE_ERR_ARG, "too many threads");
+        char *name = dup_or_null(t->name);
+        if (t->name && !name)
+                return fail_nomem(w);
+        if (grow_table((void **)&w->threads, &w->cap_threads, sizeof(*w->threads),
+                       (size_t)ref + 1) < 0 ||
+            idmap_insert(&w->thread_index, h, ref) < 0) {
+                free(name);
+                return fail_nomem(w);
+        }
+        struct wthread *th = &w->threads[ref];
+        memset(th, 0, sizeof(*th));
+        th->pid = k.pid;
+        th->tid = k.tid;
+        th->python_thread_id = k.python_thread_id;
+        th->name = name;
+        th->first_ns = th->last_ns = -1;
+        th->dirty = true;
+        w->n_threads = ref;
+        *thread_ref = ref;
+        return 0;
+}
+
+TRACE_API int trace_writer_set_thread_name(struct trace_writer *w, uint32_t thread_ref,
+                                           const char *name)
+{
+        int rc = check_open(w);
+        if (rc < 0)
+                return rc;
+        if (thread_ref == 0 || thread_ref > w->n_threads)
+                return fail(w, TRACE_ERR_ARG, "unknown thread ref %u", thread_ref);
+        struct wthread *th = &w->threads[thread_ref];
+        if (replace_string(&th->name, name) < 0)
+                return fail_nomem(w);
+        th->dirty = true;
+        return 0;
+}
+
+TRACE_API int trace_writer_count_error(struct trace_writer *w, int32_t pid,
+                                       enum trace_error_kind kind, uint64_t n)
+{
+        int rc = check_open(w);
+        if (rc < 0)
+                return rc;
+        if ((unsigned)kind >= TRACE_ERROR_KIND_COUNT)
+                return fail(w, TRACE_ERR_ARG, "unknown error kind %d", (int)kind);
+        if (n > (uint64_t)INT64_MAX - w->errors_total)
+                return fail(w, TRACE_ERR_ARG, "error count overflows");
+        struct werrors *e = NULL;
+        for (size_t i = 0; i < w->n_errors; i++)
+                if (w->errors[i].pid == pid)
+                        e = &w->errors[i];
+        if (!e) {
+                if (grow_array((void **)&w->errors, &w->cap_errors, sizeof(*w->errors),
+                               w->n_errors + 1) < 0)
+                        return fail_nomem(w);
+                e = &w->errors[w->n_errors++];
+                memset(e, 0, sizeof(*e));
+                e->pid = pid;
+        }
+        e->n[kind] += n;
+        e->dirty = true;
+        w->errors_total += n;
+        return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Samples                                                             */
+/* ------------------------------------------------------------------ */
+
+static inline uint64_t scount_key(uint32_t thread, uint32_t stack, unsigned state)
+{
+        return (uint64_t)thread << 35 | (uint64_t)stack << 3 | state;
+}
+
+static int scount_grow(struct trace_writer *w)
+{
+        size_t cap = w->scounts ? (w->scount_mask + 1) * 2 : 1024;
+        if (cap > SIZE_MAX / sizeof(struct scount))
+                return -1;
+        struct scount *t = calloc(cap, sizeof(*t));
+        if (!t)
+                return -1;
+        for (size_t i = 0; w->scounts && i <= w->scount_mask; i++) {
+                if (!w->scounts[i].key)
+                        continue;
+                size_t j = (size_t)pf_hash_u64(0, w->scounts[i].key) & (cap - 1);
+                while (t[j].key)
+                        j = (j + 1) & (cap - 1);
+                t[j] = w->scounts[i];
+        }
+        free(w->scounts);
+        w->scounts = t;
+        w->scount_mask = cap - 1;
+        return 0;
+}
+
+/* Count one sample for (thread, stack, state). Returns 0 or -1 (no memory). */
+static inline int scount_bump(struct trace_writer *w, uint64_t key)
+{
+        if ((w->n_scounts + 1) * 4 > (w->scount_mask + 1) * 3 || !w->scounts)
+                if (scount_grow(w) < 0)
+                        return -1;
+        size_t i = (size_t)pf_hash_u64(0, key) & w->scount_mask;
+        for (;;) {
+                struct scount *s = &w->scounts[i];
+                if (s->key == key) {
+                        s->count++;
+                        return 0;
+                }
+                if (!s->key) {
+                        s->key = key;
+                        s->count = 1;
+                        w->n_scounts++;
+                        return 0;
+                }
+                i = (i + 1) & w->scount_mask;
+        }
+}
+
+/* Move a thread's current chunk to the sealed list. */
+static int seal_chunk(struct trace_writer *w, uint32_t ref)
+{
+        struct wthread *th = &w->threads[ref];
+        if (grow_array((void **)&w->sealed, &w->cap_sealed, sizeof(*w->sealed), w->n_sealed + 1) <
+            0)
+                return fail_nomem(w);
+        w->sealed[w->n_sealed++] = (struct wchunk){ref, th->enc, th->buf};
+        memset(&th->buf, 0, sizeof(th->buf));
+        memset(&th->enc, 0, sizeof(th->enc));
+        return 0;
+}
+
+static void maybe_flush_soon(struct trace_writer *w, int64_t t_ns, int *rc)
+{
+        /* Look at the clock when the samples say time has passed, or every so often. */
+        if (++w->samples_since_check < CLOCK_CHECK_SAMPLES && t_ns < w->next_check_sample_ns)
+                return;
+        w->samples_since_check = 0;
+        if (w->flush_interval_ns < 0)
+                return;
+        w->next_check_sample_ns = t_ns + w->flush_interval_ns;
+        if (pf_now_mono_ns() - w->last_flush_mono_ns < w->flush_interval_ns)
+                return;
+        *rc = trace_writer_flush(w);
+}
+
+TRACE_API int trace_writer_add_sample(struct trace_writer *w, uint32_t thread_ref, int64_t t_ns,
+                                      uint32_t stack_id, unsigned state)
+{
+        if (!w || w->state != W_OPEN)
+                return check_open(w);
+        if (thread_ref == 0 || thread_ref > w->n_threads)
+                return fail(w, TRACE_ERR_ARG, "unknown thread ref %u", thread_ref);
+        if (stack_id >= w->n_stacks)
+                return fail(w, TRACE_ERR_ARG, "unknown stack %u", stack_id);
+        if (state & ~TRACE_STATE_MASK)
+                return fail(w, TRACE_ERR_ARG, "unknown state flags 0x%x", state);
+        int64_t rel;
+        if (!relative_time(w, t_ns, &rel))
+                return fail(w, TRACE_ERR_ARG, "sample time %lld is not a monotonic clock time",
+                            (long long)t_ns);
+        struct wthread *th = &w->threads[thread_ref];
+        if (th->samples && rel < th->last_ns)
+                return fail(w, TRACE_ERR_ARG,
+                            "samples of thread %u go back in time (%lld ns after %lld ns)",
+                            thread_ref, (long long)rel, (long long)th->last_ns);
+        if (th->enc.count >= w->chunk_max) {
+                int rc = seal_chunk(w, thread_ref);
+                if (rc < 0)
+                        return rc;
+        }
+        if (th->buf.cap - th->buf.len < CHUNK_RECORD_MAX &&
+            pf_buf_reserve(&th->buf, CHUNK_RECORD_MAX) < 0)
+                return fail_nomem(w);
+        if (scount_bump(w, scount_key(thread_ref, stack_id, state)) < 0)
+                return fail_nomem(w);
+        chunk_encode(&th->enc, &th->buf, rel, stack_id, state);
+        if (!th->samples)
+                th->first_ns = rel;
+        th->last_ns = rel;
+        th->samples++;
+        th->dirty = true;
+        w->samples_total++;
+
+        int rc = 0;
+        maybe_flush_soon(w, t_ns, &rc);
+        return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Flush                                                               */
+/* ------------------------------------------------------------------ */
+
+static int bind_text_or_null(sqlite3_stmt *st, int i, const char *s)
+{
+        return s ? sqlite3_bind_text(st, i, s, -1, SQLITE_STATIC) : sqlite3_bind_null(st, i);
+}
+
+static int bind_int_or_null(sqlite3_stmt *st, int i, int64_t v, bool known)
+{
+        return known ? sqlite3_bind_int64(st, i, v) : sqlite3_bind_null(st, i);
+}
+
+/* Step a bound statement to completion and reset it. Returns a SQLite code. */
+static int run(sqlite3_stmt *st)
+{
+        int rc = sqlite3_step(st);
+        sqlite3_reset(st);
+        sqlite3_clear_bindings(st);
+        return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+static int write_chunk(struct trace_writer *w, uint32_t thread, const struct chunk_encoder *e,
+                       const struct pf_buf *data)
+{
+        sqlite3_stmt *st = w->stmt[ST_CHUNK];
+        sqlite3_bind_int64(st, 1, thread);
+        sqlite3_bind_int64(st, 2, e->first_ns);
+        sqlite3_bind_int64(st, 3, e->last_ns);
+        sqlite3_bind_int64(st, 4, e->count);
+        sqlite3_bind_blob64(st, 5, data->data, data->len, SQLITE_STATIC);
+        return run(st);
+}
+
+/* Write everything not yet committed. Inside a transaction; returns a SQLite code. */
+static int write_pending(struct trace_writer *w)
+{
+        int rc = SQLITE_OK;
+        sqlite3_stmt *st;
+
+        st = w->stmt[ST_STRING];
+        for (uint32_t i = w->committed_strings + 1; rc == SQLITE_OK && i <= w->n_strings; i++) {
+                sqlite3_bind_int64(st, 1, i);
+                sqlite3_bind_text64(st, 2, (const char *)w->arena.data + w->strings[i].off,
+                                    w->strings[i].len, SQLITE_STATIC, SQLITE_UTF8);
+                rc = run(st);
+        }
+        st = w->stmt[ST_FRAME];
+        for (uint32_t i = w->committed_frames + 1; rc == SQLITE_OK && i <= w->n_frames; i++) {
+                const struct wframe *f = &w->frames[i];
+                sqlite3_bind_int64(st, 1, i);
+                sqlite3_bind_int64(st, 2, f->function);
+                bind_int_or_null(st, 3, f->qualname, f->qualname != 0);
+                sqlite3_bind_int64(st, 4, f->file);
+                bind_int_or_null(st, 5, f->line, f->line >= 0);
+                bind_int_or_null(st, 6, f->first_line, f->first_line >= 0);
+                sqlite3_bind_int64(st, 7, f->kind);
+                rc = run(st);
+        }
+        st = w->stmt[ST_STACK];
+        for (uint32_t i = w->committed_stacks; rc == SQLITE_OK && i < w->n_stacks; i++) {
+                sqlite3_bind_int64(st, 1, i);
+                sqlite3_bind_int64(st, 2, w->stacks[i].parent);
+                sqlite3_bind_int64(st, 3, w->stacks[i].frame);
+                sqlite3_bind_int64(st, 4, w->stacks[i].depth);
+                rc = run(st);
+        }
+        st = w->stmt[ST_PROCESS];
+        for (size_t i = 0; rc == SQLITE_OK && i < w->n_processes; i++) {
+                const struct wprocess *p = &w->processes[i];
+                if (!p->dirty)
+                        continue;
+                sqlite3_bind_int64(st, 1, p->pid);
+                bind_text_or_null(st, 2, p->cmdline);
+                bind_text_or_null(st, 3, p->python_version);
+                bind_text_or_null(st, 4, p->python_build);
+                bind_int_or_null(st, 5, p->exit_status, p->ended && p->exit_status >= 0);
+                bind_int_or_null(st, 6, p->end_ns, p->ended);
+                rc = run(st);
+        }
+        st = w->stmt[ST_THREAD];
+        for (uint32_t i = 1; rc == SQLITE_OK && i <= w->n_threads; i++) {
+                const struct wthread *t = &w->threads[i];
+                if (!t->dirty)
+                        continue;
+                sqlite3_bind_int64(st, 1, i);
+                sqlite3_bind_int64(st, 2, t->pid);
+                bind_int_or_null(st, 3, t->tid, t->tid >= 0);
+                bind_int_or_null(st, 4, (int64_t)t->python_thread_id, t->python_thread_id != 0);
+                bind_text_or_null(st, 5, t->name);
+                bind_int_or_null(st, 6, t->first_ns, t->samples > 0);
+                bind_int_or_null(st, 7, t->last_ns, t->samples > 0);
+                sqlite3_bind_int64(st, 8, (int64_t)t->samples);
+                rc = run(st);
+        }
+        for (size_t i = 0; rc == SQLITE_OK && i < w->n_sealed; i++)
+                rc = write_chunk(w, w->sealed[i].thread, &w->sealed[i].enc, &w->sealed[i].data);
+        for (uint32_t i = 1; rc == SQLITE_OK && i <= w->n_threads; i++)
+                if (w->threads[i].enc.count)
+                        rc = write_chunk(w, i, &w->threads[i].enc, &w->threads[i].buf);
+        st = w->stmt[ST_SCOUNT];
+        for (size_t i = 0; rc == SQLITE_OK && w->scounts && i <= w->scount_mask; i++) {
+                const struct scount *s = &w->scounts[i];
+                if (!s->key || s->count == s->committed)
+                        continue;
+                sqlite3_bind_int64(st, 1, (int64_t)(s->key >> 35));
+                sqlite3_bind_int64(st, 2, (int64_t)(s->key >> 3 & UINT32_MAX));
+                sqlite3_bind_int64(st, 3, (int64_t)(s->key & TRACE_STATE_MASK));
+                sqlite3_bind_int64(st, 4, (int64_t)s->count);
+                rc = run(st);
+        }
+        st = w->stmt[ST_ERRORS];
+        for (size_t i = 0; rc == SQLITE_OK && i < w->n_errors; i++) {
+                const struct werrors *e = &w->errors[i];
+                for (int k = 0; rc == SQLITE_OK && e->dirty && k < TRACE_ERROR_KIND_COUNT; k++) {
+                        if (!e->n[k])
+                                continue;
+                        sqlite3_bind_int64(st, 1, e->pid);
+                        sqlite3_bind_int64(st, 2, k);
+                        sqlite3_bind_int64(st, 3, (int64_t)e->n[k]);
+                        rc = run(st);
+                }
+        }
+        st = w->stmt[ST_META];
+        for (size_t i = 0; rc == SQLITE_OK && i < w->n_meta; i++) {
+                const struct wmeta *m = &w->meta[i];
+                if (!m->dirty)
+                        continue;
+                sqlite3_bind_text(st, 1, m->key, -1, SQLITE_STATIC);
+                if (m->text)
+                        sqlite3_bind_text(st, 2, m->text, -1, SQLITE_STATIC);
+                else
+                        sqlite3_bind_int64(st, 2, m->num);
+                rc = run(st);
+        }
+        return rc;
+}
+
+/* After COMMIT: everything written is now on disk. Cannot fail. */
+static void mark_committed(struct trace_writer *w)
+{
+        w->committed_strings = w->n_strings;
+        w->committed_frames = w->n_frames;
+        w->committed_stacks = w->n_stacks;
+        for (size_t i = 0; i < w->n_processes; i++)
+                w->processes[i].dirty = false;
+        for (uint32_t i = 1; i <= w->n_threads; i++) {
+                struct wthread *t = &w->threads[i];
+                t->dirty = false;
+                /* Keep the buffer's memory for the next chunk. */
+                t->buf.len = 0;
+                memset(&t->enc, 0, sizeof(t->enc));
+        }
+        for (size_t i = 0; i < w->n_sealed; i++)
+                pf_buf_free(&w->sealed[i].data);
+        w->n_sealed = 0;
+        for (size_t i = 0; w->scounts && i <= w->scount_mask; i++)
+                w->scounts[i].committed = w->scounts[i].count;
+        for (size_t i = 0; i < w->n_errors; i++)
+                w->errors[i].dirty = false;
+        for (size_t i = 0; i < w->n_meta; i++)
+                w->meta[i].dirty = false;
+}
+
+TRACE_API int trace_writer_flush(struct trace_writer *w)
+{
+        int rc = check_open(w);
+        if (rc < 0)
+                return rc;
+        w->last_flush_mono_ns = pf_now_mono_ns();
+        if ((rc = set_meta(w, TRACE_META_SAMPLES, NULL, (int64_t)w->samples_total)) < 0 ||
+            (rc = set_meta(w, TRACE_META_ERRORS, NULL, (int64_t)w->errors_total)) < 0)
+                return rc;
+        int src = sqlite3_exec(w->db, "BEGIN", NULL, NULL, NULL);
+        if (src != SQLITE_OK)
+                return fail_sqlite(w, src, "cannot start writing the trace");
+        src = write_pending(w);
+        if (src == SQLITE_OK)
+                src = sqlite3_exec(w->db, "COMMIT", NULL, NULL, NULL);
+        if (src != SQLITE_OK) {
+                rc = fail_sqlite(w, src, "cannot write the trace");
+                sqlite3_exec(w->db, "ROLLBACK", NULL, NULL, NULL);
+                return rc;
+        }
+        mark_committed(w);
+        return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Create, finalize, free                                              */
+/* ------------------------------------------------------------------ */
+
+TRACE_API const char *trace_writer_errmsg(const struct trace_writer *w)
+{
+        return w ? w->errmsg : "no writer";
+}
+
+void trace_writer_set_flush_interval(struct trace_writer *w, int64_t interval_ns)
+{
+        w->flush_interval_ns = interval_ns;
+        w->next_check_sample_ns = INT64_MIN;
+}
+
+void trace_writer_set_chunk_max(struct trace_writer *w, uint32_t samples)
+{
+        w->chunk_max = samples ? samples : 1;
+}
+
+/* Create the file itself, refusing to replace one unless forced. */
+static int create_file(struct trace_writer *w, const char *path, unsigned flags)
+{
+        char journal[4096];
+        if (snprintf(journal, sizeof(journal), "%s-journal", path) >= (int)sizeof(journal))
+                return fail(w, TRACE_ERR_ARG, "path too long: %s", path);
+        if ((flags & TRACE_CREATE_FORCE) && unlink(path) < 0 && errno != ENOENT)
+                return fail(w, TRACE_ERR_IO, "cannot replace %s: %s", path, strerror(errno));
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0 && errno == EEXIST)
+                return fail(w, TRACE_ERR_EXISTS, "%s already exists; use --force to overwrite it",
+                            path);
+        if (fd < 0)
+                return fail(w, TRACE_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+        close(fd);
+        /*
+         * A journal left by an earlier trace of the same name would be
+         * "rolled back" into the new file by SQLite: remove it.
+         */
+        if (unlink(journal) < 0 && errno != ENOENT) {
+                int err = errno;
+                unlink(path);
+                return fail(w, TRACE_ERR_IO, "cannot remove the stale journal %s: %s", journal,
+                            strerror(err));
+        }
+        return 0;
+}
+
+/* Check that the embedded schema stamped the file as this library expects. */
+static int check_stamp(struct trace_writer *w)
+{
+        sqlite3_stmt *st;
+        int64_t app = -1, version = -1;
+        if (sqlite3_prepare_v2(w->db, "PRAGMA application_id", -1, &st, NULL) == SQLITE_OK) {
+                if (sqlite3_step(st) == SQLITE_ROW)
+                        app = sqlite3_column_int64(st, 0);
+                sqlite3_finalize(st);
+        }
+        if (sqlite3_prepare_v2(w->db, "PRAGMA user_version", -1, &st, NULL) == SQLITE_OK) {
+                if (sqlite3_step(st) == SQLITE_ROW)
+                        version = sqlite3_column_int64(st, 0);
+                sqlite3_finalize(st);
+        }
+        if (app != (int64_t)TRACE_APPLICATION_ID || version != TRACE_FORMAT_VERSION)
+                return fail(w, TRACE_ERR_STATE,
+                            "internal error: the embedded schema stamps application_id %lld "
+                            "and user_version %lld, expected %lld and %d",
+                            (long long)app, (long long)version, (long long)TRACE_APPLICATION_ID,
+                            TRACE_FORMAT_VERSION);
+        return 0;
+}
+
+static int initial_meta(struct trace_writer *w)
+{
+        struct utsname u;
+        char kernel[4 * sizeof(u.release) + 4];
+        int rc;
+        if (uname(&u) < 0)
+                memset(&u, 0, sizeof(u));
+        snprintf(kernel, sizeof(kernel), "%s %s %s %s", u.sysname, u.release, u.version, u.machine);
+        if ((rc = set_meta(w, TRACE_META_FORMAT_VERSION, NULL, TRACE_FORMAT_VERSION)) < 0 ||
+            (rc = set_meta(w, TRACE_META_TOOL_VERSION, PYFLAME_VERSION, 0)) < 0 ||
+            (rc = set_meta(w, TRACE_META_HOST, u.nodename, 0)) < 0 ||
+            (rc = set_meta(w, TRACE_META_KERNEL, kernel, 0)) < 0 ||
+            (rc = set_meta(w, TRACE_META_START_WALL_NS, NULL, pf_now_wall_ns())) < 0 ||
+            (rc = set_meta(w, TRACE_META_START_MONO_NS, NULL, w->start_mono_ns)) < 0)
+                return rc;
+        return 0;
+}
+
+static int open_database(struct trace_writer *w, const char *path)
+{
+        int src = sqlite3_open_v2(path, &w->db, SQLITE_OPEN_READWRITE, NULL);
+        if (src != SQLITE_OK)
+                return fail_sqlite(w, src, "cannot open the new trace");
+        /* Wait for readers of a live trace rather than failing a flush at once. */
+        sqlite3_busy_timeout(w->db, 2000);
+        src = sqlite3_exec(w->db,
+                           "PRAGMA journal_mode = DELETE; PRAGMA synchronous = OFF;"
+                           "PRAGMA cache_size = -16384;",
+                           NULL, NULL, NULL);
+        if (src != SQLITE_OK)
+                return fail_sqlite(w, src, "cannot configure the new trace");
+        char *err = NULL;
+        src = sqlite3_exec(w->db, trace_schema_sql, NULL, NULL, &err);
+        if (src != SQLITE_OK) {
+                int rc =
+                    fail(w,
+                         trace_status_from_sqlite(src) == TRACE_ERR_NOMEM ? TRACE_ERR_NOMEM
+                                                                          : TRACE_ERR_IO,
+                         "cannot create the trace tables: %s", err ? err : sqlite3_errstr(src));
+                sqlite3_free(err);
+                return rc;
+        }
+        int rc = check_stamp(w);
+        if (rc < 0)
+                return rc;
+        for (int i = 0; i < ST_COUNT; i++) {
+                src = sqlite3_prepare_v3(w->db, statement_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
+                                         &w->stmt[i], NULL);
+                if (src != SQLITE_OK)
+                        return fail_sqlite(w, src, "cannot prepare the trace writer");
+        }
+        return 0;
+}
+
+static void close_database(struct trace_writer *w)
+{
+        for (int i = 0; i < ST_COUNT; i++) {
+                sqlite3_finalize(w->stmt[i]);
+                w->stmt[i] = NULL;
+        }
+        sqlite3_close(w->db);
+        w->db = NULL;
+}
+
+TRACE_API int trace_writer_create(const char *path, unsigned flags, struct trace_writer **out)
+{
+        if (!out)
+                return TRACE_ERR_ARG;
+        struct trace_writer *w = calloc(1, sizeof(*w));
+        if (!w)
+                return TRACE_ERR_NOMEM;
+        w->state = W_FAILED;
+        w->start_mono_ns = pf_now_mono_ns();
+        w->last_flush_mono_ns = w->start_mono_ns;
+        w->flush_interval_ns = TRACE_WRITER_FLUSH_INTERVAL_NS;
+        w->next_check_sample_ns = w->start_mono_ns + TRACE_WRITER_FLUSH_INTERVAL_NS;
+        w->chunk_max = TRACE_WRITER_CHUNK_MAX;
+        int rc;
+        if (!path || !*path) {
+                rc = fail(w, TRACE_ERR_ARG, "no output path given");
+                goto out;
+        }
+        if (flags & ~TRACE_CREATE_FORCE) {
+                rc = fail(w, TRACE_ERR_ARG, "unknown flags 0x%x", flags);
+                goto out;
+        }
+        if ((rc = create_file(w, path, flags)) < 0)
+                goto out;
+        /* Stack 0, the empty stack, exists from the start (the schema inserts it). */
+        if (grow_table((void **)&w->stacks, &w->cap_stacks, sizeof(*w->stacks), 1) < 0) {
+                rc = fail_nomem(w);
+                goto fail_file;
+        }
+        w->stacks[0] = (struct wstack){0, 0, 0};
+        w->n_stacks = w->committed_stacks = 1;
+        if ((rc = open_database(w, path)) < 0 || (rc = initial_meta(w)) < 0)
+                goto fail_file;
+        w->state = W_OPEN;
+        if ((rc = trace_writer_flush(w)) < 0) {
+                w->state = W_FAILED;
+                goto fail_file;
+        }
+        goto out;
+fail_file:
+        close_database(w);
+        unlink(path);
+out:
+        *out = w;
+        return rc;
+}
+
+TRACE_API int trace_writer_finalize(struct trace_writer *w)
+{
+        int rc = check_open(w);
+        if (rc < 0)
+                return rc;
+        int64_t end_mono = pf_now_mono_ns();
+        if ((rc = set_meta(w, TRACE_META_END_WALL_NS, NULL, pf_now_wall_ns())) < 0 ||
+            (rc = set_meta(w, TRACE_META_END_MONO_NS, NULL, end_mono)) < 0 ||
+            (rc = set_meta(w, TRACE_META_DURATION_NS, NULL, end_mono - w->start_mono_ns)) < 0)
+                return rc;
+        if ((rc = trace_writer_flush(w)) < 0)
+                return rc;
+        for (int i = 0; i < ST_COUNT; i++) {
+                sqlite3_finalize(w->stmt[i]);
+                w->stmt[i] = NULL;
+        }
+        int src = sqlite3_close(w->db);
+        if (src != SQLITE_OK)
+                return fail_sqlite(w, src, "cannot close the trace");
+        w->db = NULL;
+        w->state = W_FINALIZED;
+        return 0;
+}
+
+TRACE_API void trace_writer_free(struct trace_writer *w)
+{
+        if (!w)
+                return;
+        close_database(w);
+        pf_buf_free(&w->arena);
+        free(w->strings);
+        idmap_free(&w->string_index);
+        free(w->frames);
+        idmap_free(&w->frame_index);
+        free(w->stacks);
+        idmap_free(&w->stack_index);
+        for (uint32_t i = 1; i <= w->n_threads; i++) {
+                free(w->threads[i].name);
+                pf_buf_free(&w->threads[i].buf);
+        }
+        free(w->threads);
+        idmap_free(&w->thread_index);
+        for (size_t i = 0; i < w->n_sealed; i++)
+                pf_buf_free(&w->sealed[i].data);
+        free(w->sealed);
+        free(w->scounts);
+        for (size_t i = 0; i < w->n_processes; i++) {
+                free(w->processes[i].cmdline);
+                free(w->processes[i].python_version);
+                free(w->processes[i].python_build);
+        }
+        free(w->processes);
+        free(w->errors);
+        for (size_t i = 0; i < w->n_meta; i++) {
+                free(w->meta[i].key);
+                free(w->meta[i].text);
+        }
+        free(w->meta);
+        free(w);
+}

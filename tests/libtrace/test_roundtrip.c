@@ -1,0 +1,624 @@
+/*
+ * test_roundtrip.c - what the writer puts in, the reader gives back: meta,
+ * processes, threads, errors, frames, stacks and every sample, through every
+ * reader filter and the per-stack aggregation; traces that were never
+ * finalized; automatic flushing; the writer's refusals.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include "pyflame-config.h"
+#include "testutil.h"
+#include "trace.h"
+#include "trace_internal.h"
+
+struct fixture {
+        char *dir;
+        char *path;
+        struct tu_reference ref;
+        struct trace_reader *r;
+};
+
+static int setup_finalized(void **state)
+{
+        struct fixture *f = calloc(1, sizeof(*f));
+        f->dir = tu_mkdtemp();
+        f->path = tu_path(f->dir, "ref.pyflame");
+        tu_write_reference(f->path, &f->ref, true, 0);
+        int rc = trace_reader_open(f->path, &f->r);
+        if (rc != 0)
+                fail_msg("open: %s", trace_reader_errmsg(f->r));
+        *state = f;
+        return 0;
+}
+
+static int teardown(void **state)
+{
+        struct fixture *f = *state;
+        trace_reader_close(f->r);
+        free(f->path);
+        tu_rmdir(f->dir);
+        free(f);
+        return 0;
+}
+
+static void test_summary_and_meta(void **state)
+{
+        struct fixture *f = *state;
+        struct trace_summary s;
+        assert_int_equal(trace_reader_summary(f->r, &s), 0);
+        assert_int_equal(s.samples, TU_SAMPLES);
+        assert_int_equal(s.threads, 3);
+        assert_int_equal(s.processes, 2);
+        assert_int_equal(s.stacks, 5);
+        assert_int_equal(s.frames, 4);
+        assert_int_equal(s.errors[TRACE_ERROR_TORN], 7);
+        assert_int_equal(s.errors[TRACE_ERROR_READ], 0);
+        assert_int_equal(s.errors[TRACE_ERROR_LATE], 3);
+        assert_true(s.finalized);
+        assert_true(s.rate_hz == 1000.0);
+        assert_true(s.duration_ns > 0);
+
+        assert_string_equal(trace_reader_meta(f->r, TRACE_META_MODE), "nonblocking");
+        assert_string_equal(trace_reader_meta(f->r, "answer"), "42");
+        assert_string_equal(trace_reader_meta(f->r, TRACE_META_FORMAT_VERSION), "1");
+        assert_string_equal(trace_reader_meta(f->r, TRACE_META_TOOL_VERSION), PYFLAME_VERSION);
+        assert_string_equal(trace_reader_meta(f->r, TRACE_META_SAMPLES), "3000");
+        assert_string_equal(trace_reader_meta(f->r, TRACE_META_ERRORS), "10");
+        assert_non_null(trace_reader_meta(f->r, TRACE_META_HOST));
+        assert_non_null(strstr(trace_reader_meta(f->r, TRACE_META_KERNEL), "Linux"));
+        assert_non_null(trace_reader_meta(f->r, TRACE_META_START_WALL_NS));
+        assert_non_null(trace_reader_meta(f->r, TRACE_META_END_WALL_NS));
+        assert_non_null(trace_reader_meta(f->r, TRACE_META_END_MONO_NS));
+        assert_non_null(trace_reader_meta(f->r, TRACE_META_START_MONO_NS));
+        assert_null(trace_reader_meta(f->r, "no such key"));
+        int64_t dur = strtoll(trace_reader_meta(f->r, TRACE_META_DURATION_NS), NULL, 10);
+        assert_int_equal(dur, s.duration_ns);
+
+        /* meta_at visits every key exactly once. */
+        const char *k, *v;
+        size_t n = 0;
+        bool saw_answer = false;
+        while (trace_reader_meta_at(f->r, n, &k, &v)) {
+                assert_non_null(k);
+                if (!strcmp(k, "answer"))
+                        saw_answer = !saw_answer && !strcmp(v, "42");
+                n++;
+        }
+        assert_true(saw_answer);
+        assert_int_equal(n, 14); /* 11 written by libtrace, 3 by the test */
+        assert_false(trace_reader_meta_at(f->r, n, &k, &v));
+}
+
+static void test_processes_threads(void **state)
+{
+        struct fixture *f = *state;
+        assert_int_equal(trace_reader_process_count(f->r), 2);
+        struct trace_process p;
+        assert_int_equal(trace_reader_process_at(f->r, 0, &p), 0);
+        assert_int_equal(p.pid, 100);
+        assert_string_equal(p.cmdline, "python3 app.py");
+        assert_string_equal(p.python_version, "3.12.1");
+        assert_string_equal(p.python_build, "shared");
+        assert_int_equal(p.exit_status, -1);
+        assert_int_equal(p.end_ns, -1);
+        assert_int_equal(trace_reader_process_at(f->r, 1, &p), 0);
+        assert_int_equal(p.pid, 200);
+        assert_string_equal(p.python_version, "3.11.4");
+        assert_int_equal(p.exit_status, 3);
+        assert_int_equal(p.end_ns, 2500 * TU_STEP_NS);
+        assert_int_equal(trace_reader_process_at(f->r, 2, &p), TRACE_ERR_ARG);
+
+        assert_int_equal(trace_reader_thread_count(f->r), 3);
+        static const int32_t pids[3] = {100, 100, 200};
+        static const int64_t tids[3] = {1000, 1001, 2000};
+        static const uint64_t pyids[3] = {0x7f0000001000ULL, 0x7f0000002000ULL, 0};
+        static const char *const names[3] = {"MainThread", "worker", NULL};
+        for (uint32_t i = 0; i < 3; i++) {
+                struct trace_thread t;
+                assert_int_equal(trace_reader_thread_at(f->r, i, &t), 0);
+                assert_int_equal(t.ref, f->ref.threads[i]);
+                assert_int_equal(t.pid, pids[i]);
+                assert_int_equal(t.tid, tids[i]);
+                assert_int_equal(t.python_thread_id, pyids[i]);
+                if (names[i])
+                        assert_string_equal(t.name, names[i]);
+                else
+                        assert_null(t.name);
+                assert_int_equal(t.samples, TU_SAMPLES / 3);
+                assert_int_equal(t.first_ns, (int64_t)i * TU_STEP_NS);
+                assert_int_equal(t.last_ns, (int64_t)(TU_SAMPLES - 3 + i) * TU_STEP_NS);
+        }
+        struct trace_thread t;
+        assert_int_equal(trace_reader_thread_at(f->r, 3, &t), TRACE_ERR_ARG);
+}
+
+static void test_frames_stacks(void **state)
+{
+        struct fixture *f = *state;
+        assert_int_equal(trace_reader_frame_count(f->r), 4);
+        struct trace_frame fr;
+        assert_int_equal(trace_reader_frame(f->r, f->ref.frames[1], &fr), 0);
+        assert_string_equal(fr.function, "work");
+        assert_string_equal(fr.qualname, "Worker.work");
+        assert_string_equal(fr.file, "app.py");
+        assert_int_equal(fr.line, 20);
+        assert_int_equal(fr.first_line, 18);
+        assert_int_equal(fr.kind, TRACE_FRAME_PYTHON);
+        assert_int_equal(trace_reader_frame(f->r, f->ref.frames[2], &fr), 0);
+        assert_string_equal(fr.function, "leaf");
+        assert_null(fr.qualname);
+        assert_string_equal(fr.file, "lib/leaf.py");
+        assert_int_equal(fr.line, -1);
+        assert_int_equal(fr.first_line, -1);
+        assert_int_equal(trace_reader_frame(f->r, f->ref.frames[3], &fr), 0);
+        assert_int_equal(fr.kind, TRACE_FRAME_SPECIAL);
+        assert_int_equal(fr.line, 0);
+        assert_int_equal(trace_reader_frame(f->r, 0, &fr), TRACE_ERR_ARG);
+        assert_int_equal(trace_reader_frame(f->r, 5, &fr), TRACE_ERR_ARG);
+
+        assert_int_equal(trace_reader_stack_count(f->r), 5);
+        uint32_t s3 = f->ref.stacks[3], frames[8], parent, frame;
+        assert_int_equal(trace_reader_stack_depth(f->r, s3), 3);
+        assert_int_equal(trace_reader_stack_depth(f->r, TRACE_STACK_EMPTY), 0);
+        assert_int_equal(trace_reader_stack_frames(f->r, s3, frames, 8), 3);
+        assert_int_equal(frames[0], f->ref.frames[0]);
+        assert_int_equal(frames[1], f->ref.frames[1]);
+        assert_int_equal(frames[2], f->ref.frames[2]);
+        /* A short buffer gets the root-most frames and the full depth back. */
+        frames[1] = 99;
+        assert_int_equal(trace_reader_stack_frames(f->r, s3, frames, 1), 3);
+        assert_int_equal(frames[0], f->ref.frames[0]);
+        assert_int_equal(frames[1], 99);
+        assert_int_equal(trace_reader_stack_frames(f->r, TRACE_STACK_EMPTY, frames, 8), 0);
+        assert_int_equal(trace_reader_stack_node(f->r, s3, &parent, &frame), 0);
+        assert_int_equal(parent, f->ref.stacks[2]);
+        assert_int_equal(frame, f->ref.frames[2]);
+        assert_int_equal(trace_reader_stack_node(f->r, f->ref.stacks[4], &parent, &frame), 0);
+        assert_int_equal(parent, TRACE_STACK_EMPTY);
+        assert_int_equal(trace_reader_stack_node(f->r, TRACE_STACK_EMPTY, &parent, &frame),
+                         TRACE_ERR_ARG);
+        assert_int_equal(trace_reader_stack_node(f->r, 5, &parent, &frame), TRACE_ERR_ARG);
+        assert_int_equal(trace_reader_stack_frames(f->r, 5, frames, 8), TRACE_ERR_ARG);
+}
+
+/* Every sample seen exactly once and as written. */
+struct seen {
+        const struct tu_reference *ref;
+        unsigned char *hits;
+        int64_t last_t[4];
+        size_t n;
+        size_t stop_after;
+        int bad;
+};
+
+static int check_sample(void *ctx, const struct trace_sample *s)
+{
+        struct seen *c = ctx;
+        int64_t i = s->t_ns / TU_STEP_NS;
+        if (s->t_ns % TU_STEP_NS || i < 0 || i >= TU_SAMPLES || c->hits[i] ||
+            s->thread != c->ref->threads[tu_thread_index((int)i)] ||
+            s->stack != c->ref->stacks[tu_stack_index((int)i)] || s->state != tu_state_of((int)i) ||
+            s->thread > 3 || s->t_ns < c->last_t[s->thread])
+                c->bad++;
+        else
+                c->hits[i] = 1;
+        c->last_t[s->thread] = s->t_ns;
+        c->n++;
+        return c->stop_after && c->n == c->stop_after ? 7 : 0;
+}
+
+typedef bool (*want_fn)(const struct fixture *f, int i);
+
+/* Run one filter both ways and compare with what the reference says. */
+static void check_filter(struct fixture *f, const struct trace_filter *flt, want_fn want)
+{
+        uint64_t expect_total = 0, expect[5] = {0};
+        for (int i = 0; i < TU_SAMPLES; i++)
+                if (want(f, i)) {
+                        expect_total++;
+                        expect[tu_stack_index(i)]++;
+                }
+        uint64_t *counts = NULL, total = 0;
+        int rc = trace_reader_count_by_stack(f->r, flt, &counts, &total);
+        if (rc != 0)
+                fail_msg("count_by_stack: %s", trace_reader_errmsg(f->r));
+        assert_int_equal(total, expect_total);
+        for (int k = 0; k < 5; k++)
+                assert_int_equal(counts[f->ref.stacks[k]], expect[k]);
+        free(counts);
+
+        struct seen c = {.ref = &f->ref, .hits = calloc(TU_SAMPLES, 1)};
+        assert_int_equal(trace_reader_foreach_sample(f->r, flt, check_sample, &c), 0);
+        assert_int_equal(c.bad, 0);
+        assert_int_equal(c.n, expect_total);
+        for (int i = 0; i < TU_SAMPLES; i++)
+                assert_int_equal(c.hits[i], want(f, i) ? 1 : 0);
+        free(c.hits);
+}
+
+static bool want_all(const struct fixture *f, int i)
+{
+        return true;
+}
+
+static bool want_window(const struct fixture *f, int i)
+{
+        return i >= 500 && i < 1500;
+}
+
+static bool want_tail(const struct fixture *f, int i)
+{
+        return i >= 2900;
+}
+
+static bool want_pid200(const struct fixture *f, int i)
+{
+        return tu_thread_index(i) == 2;
+}
+
+static bool want_threads12(const struct fixture *f, int i)
+{
+        return tu_thread_index(i) <= 1;
+}
+
+static bool want_on_cpu(const struct fixture *f, int i)
+{
+        return tu_state_of(i) & TRACE_STATE_ON_CPU;
+}
+
+static bool want_no_gil(const struct fixture *f, int i)
+{
+        return !(tu_state_of(i) & TRACE_STATE_HOLDS_GIL);
+}
+
+static bool want_gil_off_cpu(const struct fixture *f, int i)
+{
+        return (tu_state_of(i) & TRACE_STATE_HOLDS_GIL) && !(tu_state_of(i) & TRACE_STATE_ON_CPU);
+}
+
+static bool want_combined(const struct fixture *f, int i)
+{
+        return i >= 100 && i < 2000 && tu_thread_index(i) == 0 &&
+               (tu_state_of(i) & TRACE_STATE_ON_CPU);
+}
+
+static bool want_none(const struct fixture *f, int i)
+{
+        return false;
+}
+
+static void test_all_samples(void **state)
+{
+        struct fixture *f = *state;
+        check_filter(f, NULL, want_all);
+        struct trace_filter zero = {0};
+        check_filter(f, &zero, want_all);
+}
+
+static void test_filter_time(void **state)
+{
+        struct fixture *f = *state;
+        struct trace_filter w = {.from_ns = 500 * TU_STEP_NS, .to_ns = 1500 * TU_STEP_NS};
+        check_filter(f, &w, want_window);
+        struct trace_filter tail = {.from_ns = 2900 * TU_STEP_NS}; /* to_ns 0: to the end */
+        check_filter(f, &tail, want_tail);
+        struct trace_filter past = {.from_ns = 10000 * TU_STEP_NS};
+        check_filter(f, &past, want_none);
+        struct trace_filter empty = {.from_ns = 5, .to_ns = 5};
+        uint64_t *counts = (uint64_t *)0x1, total = 12345;
+        assert_int_equal(trace_reader_count_by_stack(f->r, &empty, &counts, &total), TRACE_ERR_ARG);
+        assert_ptr_equal(counts, (uint64_t *)0x1); /* outputs untouched on failure */
+        assert_int_equal(total, 12345);
+}
+
+static void test_filter_pid_thread(void **state)
+{
+        struct fixture *f = *state;
+        int32_t pid200 = 200, pid100 = 100, nopid = 999;
+        struct trace_filter by_pid = {.pids = &pid200, .n_pids = 1};
+        check_filter(f, &by_pid, want_pid200);
+        uint32_t refs[2] = {f->ref.threads[0], f->ref.threads[1]};
+        struct trace_filter by_thread = {.threads = refs, .n_threads = 2};
+        check_filter(f, &by_thread, want_threads12);
+        struct trace_filter by_pid100 = {.pids = &pid100, .n_pids = 1};
+        check_filter(f, &by_pid100, want_threads12);
+        /* pid and thread lists must both allow a sample. */
+        struct trace_filter both = {.pids = &pid200, .n_pids = 1, .threads = refs, .n_threads = 2};
+        check_filter(f, &both, want_none);
+        struct trace_filter unknown = {.pids = &nopid, .n_pids = 1};
+        check_filter(f, &unknown, want_none);
+}
+
+static void test_filter_state(void **state)
+{
+        struct fixture *f = *state;
+        struct trace_filter on_cpu = {.state_require = TRACE_STATE_ON_CPU};
+        check_filter(f, &on_cpu, want_on_cpu);
+        struct trace_filter no_gil = {.state_exclude = TRACE_STATE_HOLDS_GIL};
+        check_filter(f, &no_gil, want_no_gil);
+        struct trace_filter gil_off = {.state_require = TRACE_STATE_HOLDS_GIL,
+                                       .state_exclude = TRACE_STATE_ON_CPU};
+        check_filter(f, &gil_off, want_gil_off_cpu);
+}
+
+static void test_filter_combined(void **state)
+{
+        struct fixture *f = *state;
+        int32_t pid = 100;
+        uint32_t ref = f->ref.threads[0];
+        struct trace_filter flt = {.from_ns = 100 * TU_STEP_NS,
+                                   .to_ns = 2000 * TU_STEP_NS,
+                                   .pids = &pid,
+                                   .n_pids = 1,
+                                   .threads = &ref,
+                                   .n_threads = 1,
+                                   .state_require = TRACE_STATE_ON_CPU};
+        check_filter(f, &flt, want_combined);
+}
+
+static void test_foreach_stops(void **state)
+{
+        struct fixture *f = *state;
+        struct seen c = {.ref = &f->ref, .hits = calloc(TU_SAMPLES, 1), .stop_after = 10};
+        assert_int_equal(trace_reader_foreach_sample(f->r, NULL, check_sample, &c), 7);
+        assert_int_equal(c.n, 10);
+        assert_int_equal(c.bad, 0);
+        free(c.hits);
+}
+
+static void test_file_stamp(void **state)
+{
+        struct fixture *f = *state;
+        sqlite3 *db;
+        sqlite3_stmt *st;
+        assert_int_equal(sqlite3_open_v2(f->path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+        assert_int_equal(sqlite3_prepare_v2(db,
+                                            "SELECT (SELECT application_id FROM "
+                                            "pragma_application_id), (SELECT user_version FROM "
+                                            "pragma_user_version), (SELECT journal_mode FROM "
+                                            "pragma_journal_mode), (SELECT sum(samples) FROM "
+                                            "stack_counts), (SELECT sum(samples) FROM threads)",
+                                            -1, &st, NULL),
+                         SQLITE_OK);
+        assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+        assert_int_equal(sqlite3_column_int64(st, 0), TRACE_APPLICATION_ID);
+        assert_int_equal(sqlite3_column_int64(st, 1), TRACE_FORMAT_VERSION);
+        assert_string_equal((const char *)sqlite3_column_text(st, 2), "delete");
+        assert_int_equal(sqlite3_column_int64(st, 3), TU_SAMPLES);
+        assert_int_equal(sqlite3_column_int64(st, 4), TU_SAMPLES);
+        sqlite3_finalize(st);
+        sqlite3_close(db);
+        /* One self-contained file: no journal or WAL left beside it. */
+        char *journal = tu_path(f->dir, "ref.pyflame-journal");
+        char *wal = tu_path(f->dir, "ref.pyflame-wal");
+        assert_int_not_equal(access(journal, F_OK), 0);
+        assert_int_not_equal(access(wal, F_OK), 0);
+        free(journal);
+        free(wal);
+}
+
+/* A recorder killed after a flush: everything up to the flush is there. */
+static void test_not_finalized(void **state)
+{
+        char *dir = tu_mkdtemp();
+        char *path = tu_path(dir, "killed.pyflame");
+        struct tu_reference ref;
+        tu_write_reference(path, &ref, false, 1500);
+        struct trace_reader *r = NULL;
+        int rc = trace_reader_open(path, &r);
+        if (rc != 0)
+                fail_msg("open: %s", trace_reader_errmsg(r));
+        struct trace_summary s;
+        assert_int_equal(trace_reader_summary(r, &s), 0);
+        assert_false(s.finalized);
+        assert_int_equal(s.samples, 1500);
+        assert_int_equal(s.duration_ns, 1499 * TU_STEP_NS);
+        assert_null(trace_reader_meta(r, TRACE_META_END_WALL_NS));
+        assert_string_equal(trace_reader_meta(r, TRACE_META_SAMPLES), "1500");
+        struct seen c = {.ref = &ref, .hits = calloc(TU_SAMPLES, 1)};
+        assert_int_equal(trace_reader_foreach_sample(r, NULL, check_sample, &c), 0);
+        assert_int_equal(c.bad, 0);
+        assert_int_equal(c.n, 1500);
+        for (int i = 0; i < TU_SAMPLES; i++)
+                assert_int_equal(c.hits[i], i < 1500);
+        free(c.hits);
+        /* Process 200 never ended: unknown. */
+        struct trace_process p;
+        assert_int_equal(trace_reader_process_at(r, 1, &p), 0);
+        assert_int_equal(p.exit_status, -1);
+        trace_reader_close(r);
+        free(path);
+        tu_rmdir(dir);
+}
+
+static int count_samples(const char *path, uint64_t *n)
+{
+        struct trace_reader *r = NULL;
+        int rc = trace_reader_open(path, &r);
+        if (rc == 0) {
+                uint64_t *counts;
+                rc = trace_reader_count_by_stack(r, NULL, &counts, n);
+                if (rc == 0)
+                        free(counts);
+        }
+        trace_reader_close(r);
+        return rc;
+}
+
+/* Samples are buffered until a flush; add_sample flushes when the interval has passed. */
+static void test_auto_flush(void **state)
+{
+        char *dir = tu_mkdtemp();
+        char *path = tu_path(dir, "live.pyflame");
+        struct trace_writer *w = NULL;
+        assert_int_equal(trace_writer_create(path, 0, &w), 0);
+        struct trace_process_desc p = {42, NULL, NULL, NULL};
+        struct trace_thread_desc t = {42, 42, 0, NULL};
+        uint32_t ref;
+        assert_int_equal(trace_writer_add_process(w, &p), 0);
+        assert_int_equal(trace_writer_add_thread(w, &t, &ref), 0);
+        const char *start = NULL;
+        struct trace_reader *r = NULL;
+        assert_int_equal(trace_reader_open(path, &r), 0);
+        start = trace_reader_meta(r, TRACE_META_START_MONO_NS);
+        int64_t base = strtoll(start, NULL, 10);
+        trace_reader_close(r);
+
+        /* Default interval (1 s): a few samples at the same instant stay buffered. */
+        for (int i = 0; i < 10; i++)
+                assert_int_equal(trace_writer_add_sample(w, ref, base + i, 0, 0), 0);
+        uint64_t n = 99;
+        assert_int_equal(count_samples(path, &n), 0);
+        assert_int_equal(n, 0);
+        /* Interval 0: the next sample flushes everything by itself. */
+        trace_writer_set_flush_interval(w, 0);
+        assert_int_equal(trace_writer_add_sample(w, ref, base + 10, 0, 0), 0);
+        assert_int_equal(count_samples(path, &n), 0);
+        assert_int_equal(n, 11);
+        trace_writer_free(w);
+        assert_int_equal(count_samples(path, &n), 0);
+        assert_int_equal(n, 11);
+        free(path);
+        tu_rmdir(dir);
+}
+
+static void test_refuses_overwrite(void **state)
+{
+        char *dir = tu_mkdtemp();
+        char *path = tu_path(dir, "exists.pyflame");
+        tu_write_file(path, "precious", 8);
+        struct trace_writer *w = NULL;
+        assert_int_equal(trace_writer_create(path, 0, &w), TRACE_ERR_EXISTS);
+        assert_non_null(w);
+        assert_non_null(strstr(trace_writer_errmsg(w), "--force"));
+        assert_non_null(strstr(trace_writer_errmsg(w), path));
+        /* The handle is only good for its message. */
+        assert_int_equal(trace_writer_flush(w), TRACE_ERR_STATE);
+        trace_writer_free(w);
+        assert_int_equal(tu_file_size(path), 8);
+
+        /* A stale journal must not be rolled into the new file. */
+        char *journal = tu_path(dir, "exists.pyflame-journal");
+        tu_write_file(journal, "garbage journal", 15);
+        w = NULL;
+        assert_int_equal(trace_writer_create(path, TRACE_CREATE_FORCE, &w), 0);
+        assert_int_equal(trace_writer_finalize(w), 0);
+        trace_writer_free(w);
+        uint64_t n = 99;
+        assert_int_equal(count_samples(path, &n), 0);
+        assert_int_equal(n, 0);
+        assert_int_not_equal(access(journal, F_OK), 0);
+
+        w = NULL;
+        assert_int_equal(trace_writer_create(path, 0x80, &w), TRACE_ERR_ARG);
+        trace_writer_free(w);
+        char *nodir = tu_path(dir, "no/such/dir.pyflame");
+        w = NULL;
+        assert_int_equal(trace_writer_create(nodir, 0, &w), TRACE_ERR_IO);
+        assert_non_null(strstr(trace_writer_errmsg(w), "cannot create"));
+        trace_writer_free(w);
+        free(nodir);
+        free(journal);
+        free(path);
+        tu_rmdir(dir);
+}
+
+static void test_writer_refusals(void **state)
+{
+        char *dir = tu_mkdtemp();
+        char *path = tu_path(dir, "args.pyflame");
+        struct trace_writer *w = NULL;
+        assert_int_equal(trace_writer_create(path, 0, &w), 0);
+        struct trace_process_desc p = {42, NULL, NULL, NULL};
+        struct trace_thread_desc t = {42, 42, 0, "main"}, orphan = {43, 1, 0, NULL};
+        uint32_t ref, out = 777, frame;
+        assert_int_equal(trace_writer_add_process(w, &p), 0);
+        assert_int_equal(trace_writer_add_thread(w, &t, &ref), 0);
+        assert_int_equal(trace_writer_add_thread(w, &orphan, &out), TRACE_ERR_ARG);
+        assert_non_null(strstr(trace_writer_errmsg(w), "add the process first"));
+        assert_int_equal(out, 777);
+
+        struct trace_frame_desc nofile = {"f", NULL, NULL, 1, 1, TRACE_FRAME_PYTHON};
+        assert_int_equal(trace_writer_intern_frame(w, &nofile, &out), TRACE_ERR_ARG);
+        struct trace_frame_desc badkind = {"f", NULL, "x.py", 1, 1, (enum trace_frame_kind)9};
+        assert_int_equal(trace_writer_intern_frame(w, &badkind, &out), TRACE_ERR_ARG);
+        assert_int_equal(out, 777);
+        struct trace_frame_desc ok = {"f", NULL, "x.py", 1, 1, TRACE_FRAME_PYTHON};
+        assert_int_equal(trace_writer_intern_frame(w, &ok, &frame), 0);
+
+        /* Sample times are monotonic clock times at or after the start. */
+        int64_t now;
+        struct trace_reader *r = NULL;
+        assert_int_equal(trace_reader_open(path, &r), 0);
+        now = strtoll(trace_reader_meta(r, TRACE_META_START_MONO_NS), NULL, 10);
+        trace_reader_close(r);
+
+        assert_int_equal(trace_writer_add_sample(w, 0, now, 0, 0), TRACE_ERR_ARG);
+        assert_int_equal(trace_writer_add_sample(w, ref + 1, now, 0, 0), TRACE_ERR_ARG);
+        assert_int_equal(trace_writer_add_sample(w, ref, now, 1, 0), TRACE_ERR_ARG);
+        assert_non_null(strstr(trace_writer_errmsg(w), "unknown stack"));
+        assert_int_equal(trace_writer_add_sample(w, ref, now, 0, 0x8), TRACE_ERR_ARG);
+        assert_int_equal(trace_writer_add_sample(w, ref, INT64_MIN, 0, 0), TRACE_ERR_ARG);
+        assert_int_equal(trace_writer_add_sample(w, ref, INT64_MAX, 0, 0), TRACE_ERR_ARG);
+        assert_int_equal(trace_writer_add_sample(w, ref, now + 100, 0, 0), 0);
+        assert_int_equal(trace_writer_add_sample(w, ref, now + 99, 0, 0), TRACE_ERR_ARG);
+        assert_non_null(strstr(trace_writer_errmsg(w), "back in time"));
+        assert_int_equal(trace_writer_add_sample(w, ref, now + 100, 0, 0), 0);
+        assert_int_equal(trace_writer_count_error(w, 42, TRACE_ERROR_KIND_COUNT, 1), TRACE_ERR_ARG);
+        assert_int_equal(trace_writer_end_process(w, 41, 0, now), TRACE_ERR_ARG);
+        assert_int_equal(trace_writer_set_thread_name(w, 5, "x"), TRACE_ERR_ARG);
+        assert_int_equal(trace_writer_set_meta(w, "", "x"), TRACE_ERR_ARG);
+        assert_int_equal(trace_writer_set_meta(w, "k", NULL), TRACE_ERR_ARG);
+        assert_int_equal(trace_writer_intern_stack(w, 1, frame, &out), TRACE_ERR_ARG);
+        assert_int_equal(trace_writer_intern_stack(w, 0, frame + 1, &out), TRACE_ERR_ARG);
+        assert_int_equal(out, 777);
+
+        /* The refusals did no harm: the trace finishes with its two samples. */
+        assert_int_equal(trace_writer_finalize(w), 0);
+        assert_int_equal(trace_writer_add_sample(w, ref, now + 200, 0, 0), TRACE_ERR_STATE);
+        assert_int_equal(trace_writer_flush(w), TRACE_ERR_STATE);
+        assert_int_equal(trace_writer_set_meta(w, "k", "v"), TRACE_ERR_STATE);
+        assert_int_equal(trace_writer_finalize(w), TRACE_ERR_STATE);
+        assert_non_null(strstr(trace_writer_errmsg(w), "finalized"));
+        trace_writer_free(w);
+        uint64_t n = 0;
+        assert_int_equal(count_samples(path, &n), 0);
+        assert_int_equal(n, 2);
+        trace_writer_free(NULL);
+        trace_reader_close(NULL);
+        assert_string_equal(trace_status_str(TRACE_ERR_TOO_NEW), "trace format too new");
+        assert_string_equal(trace_status_str(12345), "unknown status");
+        free(path);
+        tu_rmdir(dir);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test_setup_teardown(test_summary_and_meta, setup_finalized, teardown),
+            cmocka_unit_test_setup_teardown(test_processes_threads, setup_finalized, teardown),
+            cmocka_unit_test_setup_teardown(test_frames_stacks, setup_finalized, teardown),
+            cmocka_unit_test_setup_teardown(test_all_samples, setup_finalized, teardown),
+            cmocka_unit_test_setup_teardown(test_filter_time, setup_finalized, teardown),
+            cmocka_unit_test_setup_teardown(test_filter_pid_thread, setup_finalized, teardown),
+            cmocka_unit_test_setup_teardown(test_filter_state, setup_finalized, teardown),
+            cmocka_unit_test_setup_teardown(test_filter_combined, setup_finalized, teardown),
+            cmocka_unit_test_setup_teardown(test_foreach_stops, setup_finalized, teardown),
+            cmocka_unit_test_setup_teardown(test_file_stamp, setup_finalized, teardown),
+            cmocka_unit_test(test_not_finalized),
+            cmocka_unit_test(test_auto_flush),
+            cmocka_unit_test(test_refuses_overwrite),
+            cmocka_unit_test(test_writer_refusals),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
