@@ -134,10 +134,9 @@ struct elf_obj {
 struct finder {
         pid_t pid;
         char comm[64];
-        char exe[PATH_MAX];
-        bool exe_deleted;
-        struct object *objs;
-        size_t n_objs;
+        char exe[PATH_MAX];  /* readlink of /proc/PID/exe, without " (deleted)" */
+        struct object *objs; /* grown on demand up to MAX_OBJECTS */
+        size_t n_objs, cap_objs;
         int32_t hash[OBJ_HASH_SLOTS]; /* index+1 into objs, 0 = empty */
         bool libc_mapped;
         char *err;
@@ -268,12 +267,26 @@ static bool is_version_text(const char *s, size_t len, uint32_t *hex)
         return false;
 }
 
+/* The range of (major << 8 | minor) that the symbols allow. */
+struct era {
+        unsigned lo, hi;
+};
+
+static const struct era any_era = {0x0200, 0x03ff};
+
+static bool era_allows(struct era r, uint32_t hex)
+{
+        unsigned mm = hex >> 16;
+        return mm >= r.lo && mm <= r.hi;
+}
+
 /*
- * Find Py_GetVersion()'s text in a block of the target's data. Prefers a
- * match that starts a string (preceded by a NUL or at the start), as the
- * static buffer does. Returns 0 and sets *hex, or -ENOENT.
+ * Find Py_GetVersion()'s text, of a version the era allows, in a block of the
+ * target's data. Prefers a match that starts a string (preceded by a NUL or
+ * at the start), as the static buffer does. Returns 0 and sets *hex, or
+ * -ENOENT.
  */
-TESTABLE int pyfind_scan_version_string(const char *buf, size_t len, uint32_t *hex)
+static int find_version_text(const char *buf, size_t len, struct era era, uint32_t *hex)
 {
         bool have_any = false;
         uint32_t any = 0;
@@ -281,7 +294,7 @@ TESTABLE int pyfind_scan_version_string(const char *buf, size_t len, uint32_t *h
                 if ((buf[i] != '2' && buf[i] != '3') || buf[i + 1] != '.')
                         continue;
                 uint32_t v;
-                if (!is_version_text(buf + i, len - i, &v))
+                if (!is_version_text(buf + i, len - i, &v) || !era_allows(era, v))
                         continue;
                 if (i == 0 || buf[i - 1] == 0) {
                         *hex = v;
@@ -297,6 +310,14 @@ TESTABLE int pyfind_scan_version_string(const char *buf, size_t len, uint32_t *h
         *hex = any;
         return 0;
 }
+
+#ifdef PYFLAME_UNITTEST
+/* find_version_text() for any version: the parser the unit tests drive. */
+int pyfind_scan_version_string(const char *buf, size_t len, uint32_t *hex)
+{
+        return find_version_text(buf, len, any_era, hex);
+}
+#endif
 
 /*
  * Parse a file name like "libpython3.13t.so.1.0", "libpython3.6m.so",
@@ -381,6 +402,14 @@ static int collect_mapping(void *ctx, const struct procfs_mapping *m)
         }
         if (f->n_objs >= MAX_OBJECTS || f->hash[h] != 0)
                 return 0; /* bounded: ignore further files */
+        if (f->n_objs == f->cap_objs) {
+                size_t cap = f->cap_objs ? 2 * f->cap_objs : 64;
+                struct object *objs = realloc(f->objs, cap * sizeof(*objs));
+                if (!objs)
+                        return -ENOMEM;
+                f->objs = objs;
+                f->cap_objs = cap;
+        }
         char *path = strdup(m->path);
         if (!path)
                 return -ENOMEM;
@@ -404,7 +433,7 @@ static void free_objects(struct finder *f)
                 free(f->objs[i].path);
         free(f->objs);
         f->objs = NULL;
-        f->n_objs = 0;
+        f->n_objs = f->cap_objs = 0;
 }
 
 static bool is_exe(const struct finder *f, const struct object *o)
@@ -692,14 +721,9 @@ static int compute_bias(const struct finder *f, const struct elf_obj *e, const s
 
 /* --- Version ------------------------------------------------------------------------------ */
 
-/* The range of (major << 8 | minor) that the symbols allow. */
-struct era {
-        unsigned lo, hi;
-};
-
 static struct era era_of(const struct elf_obj *e)
 {
-        struct era r = {0x0200, 0x03ff};
+        struct era r = any_era;
         if (e->syms[SYM_STRING_TYPE].found)
                 r.hi = 0x02ff;
         if (e->syms[SYM_INTERP_HEAD].found || e->syms[SYM_TSTATE_CURRENT].found)
@@ -711,12 +735,6 @@ static struct era era_of(const struct elf_obj *e)
         if (e->syms[SYM_PY_VERSION].found && r.lo < 0x030b)
                 r.lo = 0x030b;
         return r;
-}
-
-static bool era_allows(struct era r, uint32_t hex)
-{
-        unsigned mm = hex >> 16;
-        return mm >= r.lo && mm <= r.hi;
 }
 
 /* A PY_VERSION_HEX we could have been given: major 2 or 3, level alpha/beta/rc/final. */
@@ -738,7 +756,7 @@ static int target_read(struct memsrc *m, int *perm_err, uint64_t addr, void *buf
 
 /* Scan [addr, addr+size) of the target for Py_GetVersion()'s text, chunk by chunk. */
 static int scan_target_version(struct memsrc *m, int *perm_err, uint64_t addr, uint64_t size,
-                               uint32_t *hex)
+                               struct era era, uint32_t *hex)
 {
         if (size > MAX_SCAN_BYTES)
                 size = MAX_SCAN_BYTES;
@@ -756,7 +774,7 @@ static int scan_target_version(struct memsrc *m, int *perm_err, uint64_t addr, u
                         continue;
                 }
                 /* Chunks overlap by VERSION_TEXT_MAX, so no text is cut in two. */
-                if (pyfind_scan_version_string(buf, len, hex) == 0)
+                if (find_version_text(buf, len, era, hex) == 0)
                         rc = 0;
         }
         free(buf);
@@ -901,9 +919,8 @@ static void determine_version(const struct object *o, const struct elf_obj *e, u
         for (int i = 0; i < 2 && !*perm_err; i++) {
                 if (!secs[i]->found || secs[i]->addr == 0)
                         continue;
-                if (scan_target_version(m, perm_err, secs[i]->addr + bias, secs[i]->size, &v) ==
-                        0 &&
-                    era_allows(era, v)) {
+                if (scan_target_version(m, perm_err, secs[i]->addr + bias, secs[i]->size, era,
+                                        &v) == 0) {
                         vr->hex = v;
                         vr->exact = true;
                         vr->source = PYFIND_VSRC_VERSION_STRING;
@@ -1038,10 +1055,8 @@ static int read_exe_link(struct finder *f)
         f->exe[n] = 0;
         static const char deleted[] = " (deleted)";
         size_t dl = sizeof(deleted) - 1;
-        if ((size_t)n > dl && strcmp(f->exe + n - dl, deleted) == 0) {
-                f->exe[n - dl] = 0;
-                f->exe_deleted = true;
-        }
+        if ((size_t)n > dl && strcmp(f->exe + n - dl, deleted) == 0)
+                f->exe[n - dl] = 0; /* as in maps, where the suffix is stripped too */
         return 0;
 }
 
@@ -1241,11 +1256,6 @@ int pyfind_target(pid_t pid, struct pyfind_target *out, char *err, size_t errlen
         }
         if (procfs_comm(pid, f->comm, sizeof(f->comm)) < 0)
                 snprintf(f->comm, sizeof(f->comm), "?");
-        f->objs = calloc(MAX_OBJECTS, sizeof(*f->objs));
-        if (!f->objs) {
-                rc = fail(f, PYFIND_NOT_PYTHON, "out of memory");
-                goto out;
-        }
         rc = procfs_maps_foreach(pid, collect_mapping, f);
         if (rc == -ESRCH) {
                 rc = fail(f, PYFIND_NO_PROCESS, "no process with pid %d", (int)pid);
