@@ -1,0 +1,25 @@
+/*
+ * pyinterps.h - find the Python interpreters installed on this machine, for
+ * tests that run real interpreters (line-table ground truth, live walks).
+ *
+ * $PYFLAME_TEST_PYTHONS (colon-separated paths) overrides discovery; otherwise
+ * every $PYENV_ROOT/versions/<v>/bin/python (default ~/.pyenv) and the
+ * system's /usr/bin/python3.* are used, deduplicated by real path. Each
+ * interpreter is asked for its version once.
+ */
+#ifndef PYFLAME_TEST_PYINTERPS_H
+#define PYFLAME_TEST_PYINTERPS_H
+
+#include <stddef.h>
+
+struct pyinterp {
+        char path[512];
+        char label[64]; /* "3.11.7 (/usr/bin/python3.11)" style, short */
+        int major, minor, micro;
+        int free_threaded;
+};
+
+/* Fill up to `max` entries; returns how many were found (0 when none). */
+size_t pyinterps_find(struct pyinterp *out, size_t max);
+
+#endif
