@@ -16,12 +16,14 @@
  * denominator and say how many there were.
  */
 #include "report.h"
+#include "export.h"
 
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TOP_DEFAULT 20
 
@@ -30,6 +32,8 @@ struct report_opts {
         const struct view *view;
         enum out_format format;
         bool format_given;
+        const char *export_format; /* one of EXPORT_FORMATS, or NULL */
+        struct export_options export;
         size_t top;
         bool top_given;
         bool no_source;
@@ -41,6 +45,7 @@ struct report_opts {
 struct view_ctx {
         struct trace_reader *r;
         const char *path;
+        const struct trace_filter *filter;
         const struct stack_counts *sc;
         const struct report_opts *opts;
         struct out *out;
@@ -48,9 +53,13 @@ struct view_ctx {
 
 struct view {
         const char *name;
-        /* Returns 0 or a negative trace_status. */
+        /*
+         * Returns 0, a negative trace_status (the caller reports it), or
+         * REPORT_EXIT_FAIL once it has printed a message of its own.
+         */
         int (*render)(struct view_ctx *ctx);
-        bool table; /* csv is offered, and --top applies */
+        bool table;  /* csv is offered, and --top applies */
+        bool counts; /* built on the samples per stack (ctx->sc), counted first */
 };
 
 static double percent(uint64_t n, uint64_t total)
@@ -291,10 +300,37 @@ static int view_by_function(struct view_ctx *ctx)
         return view_hot(ctx, HOT_BY_FUNCTION);
 }
 
+/*
+ * The exporters (export.h) draw or convert the selected samples themselves;
+ * their output is captured in memory so that it is committed like any view's.
+ */
+static int view_export(struct view_ctx *ctx)
+{
+        char *data = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&data, &len);
+        if (!f)
+                return TRACE_ERR_NOMEM;
+        char err[512] = "";
+        int rc = export_write(ctx->r, ctx->filter, ctx->opts->export_format, &ctx->opts->export, f,
+                              err, sizeof(err));
+        if (fclose(f) != 0 && rc == 0)
+                rc = TRACE_ERR_NOMEM;
+        if (rc == 0)
+                out_take(ctx->out, data, len);
+        else
+                free(data);
+        /* The exporter's message is more precise than what the status alone says. */
+        if (rc < 0 && *err)
+                return report_fail(ctx->path, "%s", err);
+        return rc;
+}
+
 static const struct view views[] = {
-    {"folded", view_folded, false},
-    {"by-line", view_by_line, true},
-    {"by-function", view_by_function, true},
+    {"folded", view_folded, false, true},
+    {"by-line", view_by_line, true, true},
+    {"by-function", view_by_function, true, true},
+    {"export", view_export, false, false},
 };
 
 /* ---- the command ---- */
@@ -312,7 +348,10 @@ void cmd_report_help(void)
                "      --by-function      hot functions: self and total samples\n"
                "      --top N            rows of a table to show (default %d, 0 for all)\n"
                "      --no-source        do not read source files for --by-line\n"
-               "      --format FORMAT    text, csv or json (folded stacks: text or json)\n"
+               "      --format FORMAT    text, csv or json (folded stacks: text or json);\n"
+               "                         or draw or convert the samples: " EXPORT_FORMATS "\n"
+               "      --title TEXT       title of an svg or html flame graph\n"
+               "      --icicle           svg, html: draw the root at the top\n"
                "  -o, --output FILE      write to FILE (replaced only once complete)\n"
                "\n"
                "Selection (any view):\n"
@@ -343,6 +382,8 @@ enum {
         OPT_THREAD,
         OPT_IDLE,
         OPT_GIL,
+        OPT_TITLE,
+        OPT_ICICLE,
 };
 
 static const struct option long_options[] = {
@@ -359,6 +400,8 @@ static const struct option long_options[] = {
     {"thread", required_argument, NULL, OPT_THREAD},
     {"idle", no_argument, NULL, OPT_IDLE},
     {"gil", no_argument, NULL, OPT_GIL},
+    {"title", required_argument, NULL, OPT_TITLE},
+    {"icicle", no_argument, NULL, OPT_ICICLE},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -424,10 +467,21 @@ static int parse_args(int argc, char **argv, struct report_opts *o)
                 case OPT_FORMAT:
                         if (!strcmp(optarg, "folded"))
                                 optarg = "text";
-                        if (out_format_parse(optarg, &o->format) < 0)
-                                return report_usage(NULL, "--format: '%s' is not text, csv or json",
+                        o->export_format = NULL;
+                        if (export_format_known(optarg))
+                                o->export_format = optarg;
+                        else if (out_format_parse(optarg, &o->format) < 0)
+                                return report_usage(NULL,
+                                                    "--format: '%s' is not text, csv, json, "
+                                                    "or one of " EXPORT_FORMATS,
                                                     optarg);
                         o->format_given = true;
+                        break;
+                case OPT_TITLE:
+                        o->export.title = optarg;
+                        break;
+                case OPT_ICICLE:
+                        o->export.icicle = true;
                         break;
                 case 'o':
                         o->output = optarg;
@@ -463,6 +517,22 @@ static int parse_args(int argc, char **argv, struct report_opts *o)
         }
         if (chosen)
                 o->view = chosen;
+        if (o->export_format) {
+                if (chosen && chosen != &views[0])
+                        return report_usage(NULL,
+                                            "--format %s draws the samples; it does not "
+                                            "combine with --%s",
+                                            o->export_format, chosen->name);
+                o->view = &views[3];
+        }
+        bool drawn = o->export_format &&
+                     (!strcmp(o->export_format, "svg") || !strcmp(o->export_format, "html"));
+        if ((o->export.title || o->export.icicle) && !drawn)
+                return report_usage(NULL, "--title and --icicle apply to --format svg and html");
+        if (o->export_format && !strcmp(o->export_format, "pprof") && !o->output &&
+            isatty(STDOUT_FILENO))
+                return report_usage(NULL, "pprof output is binary (gzip): give -o FILE or "
+                                          "redirect it");
         if (optind >= argc)
                 return report_usage(NULL, "no trace file given");
         if (optind + 1 < argc)
@@ -496,16 +566,21 @@ int cmd_report(int argc, char **argv)
                 goto done;
         if ((rc = select_resolve(r, o.path, &o.select, &sel)) != 0)
                 goto done;
-        int st = stack_counts_build(r, &sel.filter, &sc);
+        int st = o.view->counts ? stack_counts_build(r, &sel.filter, &sc) : 0;
         if (st == 0) {
-                struct view_ctx ctx = {.r = r, .path = o.path, .sc = &sc, .opts = &o, .out = &out};
+                struct view_ctx ctx = {.r = r,
+                                       .path = o.path,
+                                       .filter = &sel.filter,
+                                       .sc = &sc,
+                                       .opts = &o,
+                                       .out = &out};
                 st = o.view->render(&ctx);
         }
-        if (st < 0) {
-                rc = report_read_failed(o.path, r, st);
+        if (st != 0) {
+                rc = st > 0 ? st : report_read_failed(o.path, r, st);
                 goto done;
         }
-        if (sc.total == 0)
+        if (o.view->counts && sc.total == 0)
                 report_fail(o.path, "note: no sample matches the selection%s",
                             o.select.idle ? "" : " (threads off CPU are left out; try --idle)");
         rc = out_commit(&out, o.output);

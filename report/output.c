@@ -39,6 +39,18 @@ void out_write(struct out *o, const char *s, size_t n)
                 o->nomem = true;
 }
 
+void out_take(struct out *o, char *data, size_t len)
+{
+        if (o->buf.len || o->nomem) {
+                out_write(o, data, len);
+                free(data);
+                return;
+        }
+        pf_buf_free(&o->buf);
+        o->buf.data = (uint8_t *)data;
+        o->buf.len = o->buf.cap = len;
+}
+
 void out_puts(struct out *o, const char *s)
 {
         out_write(o, s, strlen(s));

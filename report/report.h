@@ -109,6 +109,11 @@ struct out {
 void out_write(struct out *o, const char *s, size_t n);
 void out_puts(struct out *o, const char *s);
 void out_printf(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/*
+ * Append malloc'ed `data` of `len` bytes, taking ownership of it: adopted
+ * without a copy when nothing was buffered yet (a big export is not held twice).
+ */
+void out_take(struct out *o, char *data, size_t len);
 /* A JSON string literal for `s` (null when s is NULL), quotes included. */
 void out_json_string(struct out *o, const char *s);
 /* One CSV field for `s` (quoted when needed, empty when s is NULL). */

@@ -697,6 +697,43 @@ static void usage_errors(void)
         run_free(&r);
 }
 
+/* The exporters are export.h's to test; here only their wiring into the command. */
+static void export_formats(void)
+{
+        static const char *const formats[][2] = {
+            {"svg", "<?xml"}, {"html", "<!DOCTYPE html>"}, {"speedscope", "{"},
+            {"chrome", NULL}, {"pprof", "\x1f\x8b"},
+        };
+        for (size_t i = 0; i < sizeof(formats) / sizeof(formats[0]); i++) {
+                char name[64];
+                snprintf(name, sizeof(name), "export-%s", formats[i][0]);
+                struct run r =
+                    run_report(ARGS("--format", formats[i][0], "--thread", "worker", "basic.db"));
+                const char *magic = formats[i][1];
+                check(r.status == 0 && r.out_len > 0 && r.err_len == 0 &&
+                          (!magic || !strncmp(r.out, magic, strlen(magic))),
+                      name, "exit %d, %zu bytes, stderr: %s", r.status, r.out_len, r.err);
+                run_free(&r);
+                snprintf(name, sizeof(name), "export-%s-damaged", formats[i][0]);
+                fails(name, "pyflame-report: truncated-half.db: ", false,
+                      ARGS("--format", formats[i][0], "-o", "out/x", "truncated-half.db"));
+        }
+        check(dir_is_empty("out"), "export-damaged-nothing-left", "out/ is not empty");
+        struct run r = run_report(
+            ARGS("--format", "svg", "--title", "T", "--icicle", "-o", "out/t.svg", "basic.db"));
+        size_t n = 0;
+        char *svg = read_file("out/t.svg", &n);
+        check(r.status == 0 && svg && strstr(svg, "<svg"), "export-svg-file", "exit %d: %s",
+              r.status, r.err);
+        free(svg);
+        run_free(&r);
+        unlink("out/t.svg");
+        fails("usage-export-by-line", "pyflame-report: ", true,
+              ARGS("--format", "svg", "--by-line", "basic.db"));
+        fails("usage-title-json", "pyflame-report: ", true,
+              ARGS("--format", "json", "--title", "x", "basic.db"));
+}
+
 static void make_inputs(void)
 {
         mkdir("app", 0755);
@@ -773,6 +810,7 @@ int main(int argc, char **argv)
         selections();
         empty_selection();
         output_file();
+        export_formats();
         bad_input();
         usage_errors();
 
