@@ -357,6 +357,12 @@ static pid_t nspid_of(pid_t pid, pid_t tid)
         return r;
 }
 
+pid_t procfs_ns_tid(pid_t pid, pid_t tid)
+{
+        pid_t inner = nspid_of(pid, tid);
+        return inner == -ENOENT ? tid : inner;
+}
+
 pid_t procfs_host_tid(pid_t pid, pid_t ns_tid)
 {
         if (ns_tid <= 0)

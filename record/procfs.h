@@ -103,6 +103,13 @@ int procfs_parse_stat_state(const char *buf, size_t len);
 pid_t procfs_parse_nspid(const char *buf, size_t len);
 
 /*
+ * The id host thread `tid` of `pid` has in its innermost PID namespace (what
+ * the target itself sees), from /proc/PID/task/TID/status. Returns it (> 0),
+ * `tid` itself on kernels without NSpid, or a negative errno (-ESRCH: gone).
+ */
+pid_t procfs_ns_tid(pid_t pid, pid_t tid);
+
+/*
  * Map a thread id as the target knows it (in its own PID namespace, e.g. a
  * CPython tstate's native_thread_id) to the host thread id. Returns the host
  * tid (> 0), -ENOENT when no thread of `pid` has that namespace id, or

@@ -1262,7 +1262,7 @@ int pyfind_target(pid_t pid, struct pyfind_target *out, char *err, size_t errlen
                 goto out;
         }
         if (rc == -EACCES || rc == -EPERM) {
-                rc = fail_permission(f, "/proc/PID/maps");
+                rc = fail_permission(f, "the memory map");
                 goto out;
         }
         if (rc < 0) {

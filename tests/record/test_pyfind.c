@@ -999,6 +999,7 @@ static void test_procfs_threads(void **state)
         close(self);
 
         assert_int_equal(procfs_host_tid(getpid(), bt.tid), bt.tid);
+        assert_int_equal(procfs_ns_tid(getpid(), bt.tid), bt.tid); /* our namespace is its own */
         assert_int_equal(procfs_host_tid(getpid(), getpid()), getpid());
 
         assert_int_equal(write(bt.fds[1], "x", 1), 1);
@@ -1063,9 +1064,13 @@ static void test_procfs_pid_namespace(void **state)
                 skip();
         }
         pid_t host = procfs_host_tid(inner, 1);
+        pid_t ns = procfs_ns_tid(inner, inner);
+        pid_t absent = procfs_host_tid(inner, 2);
         kill(inner, SIGKILL);
         waitpid(mid, NULL, 0);
         assert_int_equal(host, inner);
+        assert_int_equal(ns, 1);
+        assert_int_equal(absent, -ENOENT);
 }
 
 int main(void)
