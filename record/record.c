@@ -576,25 +576,28 @@ static int set_meta(struct recording *r)
         char buf[8192];
         size_t off = 0;
         for (size_t i = 0; i < r->o->n_pids && off < sizeof(buf) - 16; i++)
-                off += (size_t)snprintf(buf + off, sizeof(buf) - off, "%s%d", i ? "," : "",
+                off += (size_t)snprintf(buf + off, sizeof(buf) - off, "%s%d", i ? " " : "",
                                         (int)r->o->pids[i]);
-        int rc = trace_writer_set_meta(r->w, "pids", buf);
+        int rc = trace_writer_set_meta(r->w, TRACE_META_PIDS, buf);
         if (rc == 0)
-                rc = trace_writer_set_meta(r->w, "mode",
+                rc = trace_writer_set_meta(r->w, TRACE_META_MODE,
                                            r->o->blocking ? "blocking" : "nonblocking");
         snprintf(buf, sizeof(buf), "%g", r->o->rate_hz);
         if (rc == 0)
-                rc = trace_writer_set_meta(r->w, "rate_hz", buf);
+                rc = trace_writer_set_meta(r->w, TRACE_META_RATE_HZ, buf);
         if (rc == 0 && r->o->command) {
                 off = 0;
                 for (char **a = r->o->command; *a && off < sizeof(buf) - 1; a++)
                         off += (size_t)snprintf(buf + off, sizeof(buf) - off, "%s%s",
                                                 a == r->o->command ? "" : " ", *a);
-                rc = trace_writer_set_meta(r->w, "cmdline", buf);
+                rc = trace_writer_set_meta(r->w, TRACE_META_CMDLINE, buf);
         }
         if (rc == 0 && r->n_samplers) {
-                rc = trace_writer_set_meta(r->w, "python_version",
+                rc = trace_writer_set_meta(r->w, TRACE_META_PYTHON_VERSION,
                                            sampler_version(r->samplers[0]));
+                if (rc == 0)
+                        rc = trace_writer_set_meta(r->w, TRACE_META_PYTHON_BUILD,
+                                                   sampler_build(r->samplers[0]));
         }
         return rc;
 }

@@ -47,6 +47,7 @@ struct sampler {
         bool blocking;
         struct pyfind_target target;
         char version[32];
+        char build[64];
         struct memsrc mem;
         struct pywalk *walk;
         struct trace_writer *w;
@@ -82,17 +83,21 @@ const char *sampler_version(const struct sampler *s)
         return s->version;
 }
 
+const char *sampler_build(const struct sampler *s)
+{
+        return s->build;
+}
+
 void sampler_get_stats(const struct sampler *s, struct sampler_stats *st)
 {
         *st = s->st;
         st->reads = s->walk ? pywalk_reads(s->walk) : 0;
 }
 
-static const char *build_string(const struct pyfind_target *t, char *buf, size_t len)
+static void build_string(const struct pyfind_target *t, char *buf, size_t len)
 {
         snprintf(buf, len, "%s%s%s", t->shared ? "shared" : "static",
                  t->free_threaded ? ",free-threaded" : "", t->debug_build ? ",debug" : "");
-        return buf;
 }
 
 int sampler_open(pid_t pid, struct trace_writer *w, bool blocking, struct sampler **out,
@@ -110,6 +115,7 @@ int sampler_open(pid_t pid, struct trace_writer *w, bool blocking, struct sample
         if (rc < 0)
                 goto fail;
         pyfind_version_str(&s->target, s->version, sizeof(s->version));
+        build_string(&s->target, s->build, sizeof(s->build));
         memsrc_init_process(&s->mem, pid);
         rc = pywalk_open(&s->target, &s->mem, &s->walk, err, errlen);
         if (rc < 0)
@@ -121,14 +127,14 @@ int sampler_open(pid_t pid, struct trace_writer *w, bool blocking, struct sample
                 goto fail;
         }
         if (w) {
-                char cmdline[4096], build[64];
+                char cmdline[4096];
                 if (procfs_cmdline(pid, cmdline, sizeof(cmdline)) < 0)
                         cmdline[0] = 0;
                 struct trace_process_desc pd = {
                         .pid = pid,
                         .cmdline = cmdline[0] ? cmdline : NULL,
                         .python_version = s->version,
-                        .python_build = build_string(&s->target, build, sizeof(build)),
+                        .python_build = s->build,
                 };
                 if (trace_writer_add_process(w, &pd) < 0) {
                         snprintf(err, errlen, "%s", trace_writer_errmsg(w));

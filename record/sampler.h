@@ -50,6 +50,7 @@ int sampler_dump(struct sampler *s, FILE *out, char *err, size_t errlen);
 
 pid_t sampler_pid(const struct sampler *s);
 const char *sampler_version(const struct sampler *s); /* e.g. "3.12.1" */
+const char *sampler_build(const struct sampler *s);   /* e.g. "shared", "static,free-threaded" */
 void sampler_get_stats(const struct sampler *s, struct sampler_stats *st);
 
 /* Release everything; never leaves the target stopped or traced. NULL is fine. */
