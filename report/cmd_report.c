@@ -31,7 +31,6 @@ struct report_opts {
         struct select_opts select;
         const struct view *view;
         enum out_format format;
-        bool format_given;
         const char *export_format; /* one of EXPORT_FORMATS, or NULL */
         struct export_options export;
         size_t top;
@@ -326,11 +325,13 @@ static int view_export(struct view_ctx *ctx)
         return rc;
 }
 
+enum { VIEW_FOLDED, VIEW_BY_LINE, VIEW_BY_FUNCTION, VIEW_EXPORT };
+
 static const struct view views[] = {
-    {"folded", view_folded, false, true},
-    {"by-line", view_by_line, true, true},
-    {"by-function", view_by_function, true, true},
-    {"export", view_export, false, false},
+    [VIEW_FOLDED] = {"folded", view_folded, false, true},
+    [VIEW_BY_LINE] = {"by-line", view_by_line, true, true},
+    [VIEW_BY_FUNCTION] = {"by-function", view_by_function, true, true},
+    [VIEW_EXPORT] = {"export", view_export, false, false},
 };
 
 /* ---- the command ---- */
@@ -425,7 +426,7 @@ static const char *bad_option(char **argv, char *buf, size_t size)
  */
 static int parse_args(int argc, char **argv, struct report_opts *o)
 {
-        o->view = &views[0];
+        o->view = &views[VIEW_FOLDED];
         o->top = TOP_DEFAULT;
         const struct view *chosen = NULL;
         opterr = 0;
@@ -439,7 +440,9 @@ static int parse_args(int argc, char **argv, struct report_opts *o)
                 case OPT_FOLDED:
                 case OPT_BY_LINE:
                 case OPT_BY_FUNCTION: {
-                        const struct view *v = &views[c - OPT_FOLDED];
+                        const struct view *v = &views[c == OPT_FOLDED    ? VIEW_FOLDED
+                                                      : c == OPT_BY_LINE ? VIEW_BY_LINE
+                                                                         : VIEW_BY_FUNCTION];
                         if (chosen && chosen != v)
                                 return report_usage(NULL,
                                                     "--%s and --%s are different views; "
@@ -475,7 +478,6 @@ static int parse_args(int argc, char **argv, struct report_opts *o)
                                                     "--format: '%s' is not text, csv, json, "
                                                     "or one of " EXPORT_FORMATS,
                                                     optarg);
-                        o->format_given = true;
                         break;
                 case OPT_TITLE:
                         o->export.title = optarg;
@@ -518,12 +520,12 @@ static int parse_args(int argc, char **argv, struct report_opts *o)
         if (chosen)
                 o->view = chosen;
         if (o->export_format) {
-                if (chosen && chosen != &views[0])
+                if (chosen && chosen != &views[VIEW_FOLDED])
                         return report_usage(NULL,
                                             "--format %s draws the samples; it does not "
                                             "combine with --%s",
                                             o->export_format, chosen->name);
-                o->view = &views[3];
+                o->view = &views[VIEW_EXPORT];
         }
         bool drawn = o->export_format &&
                      (!strcmp(o->export_format, "svg") || !strcmp(o->export_format, "html"));
@@ -539,12 +541,12 @@ static int parse_args(int argc, char **argv, struct report_opts *o)
                 return report_usage(NULL, "one trace file at a time ('%s' is extra)",
                                     argv[optind + 1]);
         o->path = argv[optind];
-        if (!o->view->table && o->format == OUT_CSV)
+        if (!o->view->table && !o->export_format && o->format == OUT_CSV)
                 return report_usage(NULL, "folded stacks come as text or json, not csv; "
                                           "csv is for --by-line and --by-function");
         if (!o->view->table && o->top_given)
                 return report_usage(NULL, "--top applies to --by-line and --by-function");
-        if (o->no_source && o->view != &views[1])
+        if (o->no_source && o->view != &views[VIEW_BY_LINE])
                 return report_usage(NULL, "--no-source applies to --by-line");
         return select_opts_check(&o->select, NULL);
 }
