@@ -12,6 +12,8 @@
  *     the command has succeeded (to stdout, or atomically to a file), and
  *     prints tables as aligned text, CSV or JSON;
  *   - srcline.c reads source lines for the hotspot tables, lazily and bounded.
+ * The exporters (export.h: svg, html, speedscope, pprof, chrome) are one more
+ * view of cmd_report.c, their output committed like the others'.
  * Nothing here knows the trace format: traces are read only through
  * libtrace's public trace.h.
  */
