@@ -5,7 +5,7 @@
  * Nothing on the per-sample path touches SQLite. Strings, frames, stacks and
  * threads are interned in memory (idmap.h); add_sample encodes the sample
  * straight into its thread's chunk buffer (chunk.h) and bumps an in-memory
- * (thread, stack, state) counter. trace_writer_flush() then writes everything
+ * (stack, state) counter. trace_writer_flush() then writes everything
  * new since the last flush in one transaction: new strings, frames, stacks,
  * changed processes and threads, the chunks, changed stack counts, error
  * counts and meta. What a flush writes is marked committed only after COMMIT
@@ -41,7 +41,6 @@
 #include "trace.h"
 #include "trace_internal.h"
 
-/* Refs are packed into the stack-count key above 35 bits (see scount_key). */
 #define MAX_THREADS ((1u << 28) - 1)
 /* Ids are uint32_t and the counts must fit too. */
 #define MAX_IDS (UINT32_MAX - 1)
@@ -106,10 +105,14 @@ struct wmeta {
         bool dirty;
 };
 
-/* A (thread, stack, state) counter; key 0 marks an empty slot. */
-struct scount {
-        uint64_t key;
-        uint64_t count, committed;
+/*
+ * Samples per (stack, state), for the stack_counts table: one cache line per
+ * stack, indexed by state. Dense by stack id because stacks interned early
+ * tend to be the hot ones, so the counters touched per sample stay few and
+ * close together.
+ */
+struct stack_count {
+        uint64_t n[TRACE_STATE_MASK + 1];
 };
 
 enum {
@@ -136,8 +139,8 @@ static const char *const statement_sql[ST_COUNT] = {
                   "first_ns, last_ns, samples) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     [ST_CHUNK] = "INSERT INTO sample_chunks(thread, first_ns, last_ns, count, data) "
                  "VALUES (?1, ?2, ?3, ?4, ?5)",
-    [ST_SCOUNT] = "INSERT OR REPLACE INTO stack_counts(thread, stack, state, samples) "
-                  "VALUES (?1, ?2, ?3, ?4)",
+    [ST_SCOUNT] = "INSERT OR REPLACE INTO stack_counts(stack, state, samples) "
+                  "VALUES (?1, ?2, ?3)",
     [ST_ERRORS] = "INSERT OR REPLACE INTO errors(pid, kind, count) VALUES (?1, ?2, ?3)",
     [ST_META] = "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
 };
@@ -166,6 +169,10 @@ struct trace_writer {
         struct wstack *stacks;
         uint32_t n_stacks, cap_stacks, committed_stacks;
         struct idmap stack_index;
+        /* Sample counts per stack and a bit per stack whose counts changed. */
+        struct stack_count *stack_counts;
+        uint64_t *stack_dirty;
+        uint32_t cap_stack_counts;
 
         /* Threads: refs 1..n_threads, entry 0 unused. */
         struct wthread *threads;
@@ -175,9 +182,6 @@ struct trace_writer {
         struct wchunk *sealed;
         size_t n_sealed, cap_sealed;
         uint32_t chunk_max;
-
-        struct scount *scounts;
-        size_t scount_mask, n_scounts;
 
         struct wprocess *processes;
         size_t n_processes, cap_processes;
@@ -460,6 +464,29 @@ TRACE_API int trace_writer_intern_frame(struct trace_writer *w, const struct tra
         return 0;
 }
 
+/* Make room for the counters of stacks 0..n-1 (zeroed). Returns 0 or -1. */
+static int grow_stack_counts(struct trace_writer *w, uint32_t n)
+{
+        if (n <= w->cap_stack_counts)
+                return 0;
+        uint32_t cap = w->cap_stack_counts ? w->cap_stack_counts : 64;
+        while (cap < n)
+                cap = cap > UINT32_MAX / 2 ? UINT32_MAX : cap * 2;
+        size_t old_words = ((size_t)w->cap_stack_counts + 63) / 64, words = ((size_t)cap + 63) / 64;
+        uint64_t *d = realloc(w->stack_dirty, words * sizeof(*d));
+        if (!d)
+                return -1;
+        memset(d + old_words, 0, (words - old_words) * sizeof(*d));
+        w->stack_dirty = d;
+        struct stack_count *c = realloc(w->stack_counts, (size_t)cap * sizeof(*c));
+        if (!c)
+                return -1; /* the bitmap grew; cap_stack_counts still guards both */
+        memset(c + w->cap_stack_counts, 0, (size_t)(cap - w->cap_stack_counts) * sizeof(*c));
+        w->stack_counts = c;
+        w->cap_stack_counts = cap;
+        return 0;
+}
+
 struct stack_key {
         const struct trace_writer *w;
         uint32_t parent, frame;
@@ -489,9 +516,8 @@ static int intern_stack(struct trace_writer *w, uint32_t parent, uint32_t frame,
         if (nid > MAX_IDS)
                 return fail(w, TRACE_ERR_ARG, "too many distinct stacks");
         if (grow_table((void **)&w->stacks, &w->cap_stacks, sizeof(*w->stacks), (size_t)nid + 1) <
-            0)
-                return fail_nomem(w);
-        if (idmap_insert(&w->stack_index, h, nid) < 0)
+                0 ||
+            grow_stack_counts(w, nid + 1) < 0 || idmap_insert(&w->stack_index, h, nid) < 0)
                 return fail_nomem(w);
         w->stacks[nid] = (struct wstack){parent, frame, w->stacks[parent].depth + 1};
         w->n_stacks = nid + 1;
@@ -706,56 +732,6 @@ TRACE_API int trace_writer_count_error(struct trace_writer *w, int32_t pid,
 /* Samples                                                             */
 /* ------------------------------------------------------------------ */
 
-static inline uint64_t scount_key(uint32_t thread, uint32_t stack, unsigned state)
-{
-        return (uint64_t)thread << 35 | (uint64_t)stack << 3 | state;
-}
-
-static int scount_grow(struct trace_writer *w)
-{
-        size_t cap = w->scounts ? (w->scount_mask + 1) * 2 : 1024;
-        if (cap > SIZE_MAX / sizeof(struct scount))
-                return -1;
-        struct scount *t = calloc(cap, sizeof(*t));
-        if (!t)
-                return -1;
-        for (size_t i = 0; w->scounts && i <= w->scount_mask; i++) {
-                if (!w->scounts[i].key)
-                        continue;
-                size_t j = (size_t)pf_hash_u64(0, w->scounts[i].key) & (cap - 1);
-                while (t[j].key)
-                        j = (j + 1) & (cap - 1);
-                t[j] = w->scounts[i];
-        }
-        free(w->scounts);
-        w->scounts = t;
-        w->scount_mask = cap - 1;
-        return 0;
-}
-
-/* Count one sample for (thread, stack, state). Returns 0 or -1 (no memory). */
-static inline int scount_bump(struct trace_writer *w, uint64_t key)
-{
-        if ((w->n_scounts + 1) * 4 > (w->scount_mask + 1) * 3 || !w->scounts)
-                if (scount_grow(w) < 0)
-                        return -1;
-        size_t i = (size_t)pf_hash_u64(0, key) & w->scount_mask;
-        for (;;) {
-                struct scount *s = &w->scounts[i];
-                if (s->key == key) {
-                        s->count++;
-                        return 0;
-                }
-                if (!s->key) {
-                        s->key = key;
-                        s->count = 1;
-                        w->n_scounts++;
-                        return 0;
-                }
-                i = (i + 1) & w->scount_mask;
-        }
-}
-
 /* Move a thread's current chunk to the sealed list. */
 static int seal_chunk(struct trace_writer *w, uint32_t ref)
 {
@@ -811,9 +787,9 @@ TRACE_API int trace_writer_add_sample(struct trace_writer *w, uint32_t thread_re
         if (th->buf.cap - th->buf.len < CHUNK_RECORD_MAX &&
             pf_buf_reserve(&th->buf, CHUNK_RECORD_MAX) < 0)
                 return fail_nomem(w);
-        if (scount_bump(w, scount_key(thread_ref, stack_id, state)) < 0)
-                return fail_nomem(w);
         chunk_encode(&th->enc, &th->buf, rel, stack_id, state);
+        w->stack_counts[stack_id].n[state]++;
+        w->stack_dirty[stack_id / 64] |= (uint64_t)1 << (stack_id % 64);
         if (!th->samples)
                 th->first_ns = rel;
         th->last_ns = rel;
@@ -927,16 +903,23 @@ static int write_pending(struct trace_writer *w)
         for (uint32_t i = 1; rc == SQLITE_OK && i <= w->n_threads; i++)
                 if (w->threads[i].enc.count)
                         rc = write_chunk(w, i, &w->threads[i].enc, &w->threads[i].buf);
+        /* Ascending stack ids: the B-tree is walked in order. */
         st = w->stmt[ST_SCOUNT];
-        for (size_t i = 0; rc == SQLITE_OK && w->scounts && i <= w->scount_mask; i++) {
-                const struct scount *s = &w->scounts[i];
-                if (!s->key || s->count == s->committed)
-                        continue;
-                sqlite3_bind_int64(st, 1, (int64_t)(s->key >> 35));
-                sqlite3_bind_int64(st, 2, (int64_t)(s->key >> 3 & UINT32_MAX));
-                sqlite3_bind_int64(st, 3, (int64_t)(s->key & TRACE_STATE_MASK));
-                sqlite3_bind_int64(st, 4, (int64_t)s->count);
-                rc = run(st);
+        for (uint32_t word = 0; rc == SQLITE_OK && word < (w->n_stacks + 63) / 64; word++) {
+                for (uint64_t bits = w->stack_dirty[word]; rc == SQLITE_OK && bits;
+                     bits &= bits - 1) {
+                        uint32_t stack = word * 64 + (uint32_t)__builtin_ctzll(bits);
+                        for (unsigned state = 0; rc == SQLITE_OK && state <= TRACE_STATE_MASK;
+                             state++) {
+                                uint64_t n = w->stack_counts[stack].n[state];
+                                if (!n)
+                                        continue;
+                                sqlite3_bind_int64(st, 1, stack);
+                                sqlite3_bind_int64(st, 2, state);
+                                sqlite3_bind_int64(st, 3, (int64_t)n);
+                                rc = run(st);
+                        }
+                }
         }
         st = w->stmt[ST_ERRORS];
         for (size_t i = 0; rc == SQLITE_OK && i < w->n_errors; i++) {
@@ -983,8 +966,7 @@ static void mark_committed(struct trace_writer *w)
         for (size_t i = 0; i < w->n_sealed; i++)
                 pf_buf_free(&w->sealed[i].data);
         w->n_sealed = 0;
-        for (size_t i = 0; w->scounts && i <= w->scount_mask; i++)
-                w->scounts[i].committed = w->scounts[i].count;
+        memset(w->stack_dirty, 0, ((size_t)w->cap_stack_counts + 63) / 64 * sizeof(uint64_t));
         for (size_t i = 0; i < w->n_errors; i++)
                 w->errors[i].dirty = false;
         for (size_t i = 0; i < w->n_meta; i++)
@@ -1176,7 +1158,8 @@ TRACE_API int trace_writer_create(const char *path, unsigned flags, struct trace
         if ((rc = create_file(w, path, flags)) < 0)
                 goto out;
         /* Stack 0, the empty stack, exists from the start (the schema inserts it). */
-        if (grow_table((void **)&w->stacks, &w->cap_stacks, sizeof(*w->stacks), 1) < 0) {
+        if (grow_table((void **)&w->stacks, &w->cap_stacks, sizeof(*w->stacks), 1) < 0 ||
+            grow_stack_counts(w, 1) < 0) {
                 rc = fail_nomem(w);
                 goto fail_file;
         }
@@ -1243,7 +1226,8 @@ TRACE_API void trace_writer_free(struct trace_writer *w)
         for (size_t i = 0; i < w->n_sealed; i++)
                 pf_buf_free(&w->sealed[i].data);
         free(w->sealed);
-        free(w->scounts);
+        free(w->stack_counts);
+        free(w->stack_dirty);
         for (size_t i = 0; i < w->n_processes; i++) {
                 free(w->processes[i].cmdline);
                 free(w->processes[i].python_version);

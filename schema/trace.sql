@@ -95,11 +95,13 @@
 --   errors(pid, kind, count)    sampling errors per process (pid 0: the
 --     recorder itself) and kind; count is the total so far.
 --
---   stack_counts(thread, stack, state, samples)
---     Derived summary kept current at each commit: number of samples of
---     thread `thread` taken in stack `stack` with state flags `state`. It lets
---     plain SQL answer "hot frames" without decoding sample blobs. The sum of
---     samples equals the number of samples in sample_chunks.
+--   stack_counts(stack, state, samples)
+--     Derived summary kept current at each commit: the number of samples,
+--     of all threads, taken in stack `stack` with state flags `state` (rows
+--     with 0 samples are absent). It lets plain SQL answer "hot frames" and
+--     "hot stacks, on CPU only" without decoding sample blobs; the sum of
+--     samples equals the number of samples in sample_chunks. Per-thread and
+--     per-time questions need the samples themselves (pyflame_samples).
 --
 --   sample_chunks(id, thread, first_ns, last_ns, count, data)
 --     The samples. One row holds `count` (>= 1) consecutive samples of one
@@ -192,11 +194,10 @@ CREATE TABLE errors (
 ) WITHOUT ROWID;
 
 CREATE TABLE stack_counts (
-        thread INTEGER NOT NULL REFERENCES threads(ref),
         stack INTEGER NOT NULL REFERENCES stacks(id),
         state INTEGER NOT NULL,
         samples INTEGER NOT NULL,
-        PRIMARY KEY (thread, stack, state)
+        PRIMARY KEY (stack, state)
 ) WITHOUT ROWID;
 
 -- The blob is the last column so that scanning chunk headers (thread, times)

@@ -407,6 +407,43 @@ static void test_file_stamp(void **state)
         free(wal);
 }
 
+/* stack_counts holds, per (stack, state), the samples of the first n reference samples. */
+static void check_stack_counts(const char *path, const struct tu_reference *ref, int n)
+{
+        uint64_t expect[5][TRACE_STATE_MASK + 1] = {{0}};
+        for (int i = 0; i < n; i++)
+                expect[tu_stack_index(i)][tu_state_of(i)]++;
+        sqlite3 *db;
+        sqlite3_stmt *st;
+        assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+        assert_int_equal(
+            sqlite3_prepare_v2(db, "SELECT stack, state, samples FROM stack_counts", -1, &st, NULL),
+            SQLITE_OK);
+        int rows = 0, expect_rows = 0;
+        while (sqlite3_step(st) == SQLITE_ROW) {
+                int64_t stack = sqlite3_column_int64(st, 0), state = sqlite3_column_int64(st, 1);
+                int k = -1;
+                for (int j = 0; j < 5; j++)
+                        if (ref->stacks[j] == stack)
+                                k = j;
+                assert_true(k >= 0 && state >= 0 && state <= TRACE_STATE_MASK);
+                assert_int_equal(sqlite3_column_int64(st, 2), expect[k][state]);
+                rows++;
+        }
+        sqlite3_finalize(st);
+        sqlite3_close(db);
+        for (int k = 0; k < 5; k++)
+                for (int j = 0; j <= (int)TRACE_STATE_MASK; j++)
+                        expect_rows += expect[k][j] != 0;
+        assert_int_equal(rows, expect_rows);
+}
+
+static void test_stack_counts(void **state)
+{
+        struct fixture *f = *state;
+        check_stack_counts(f->path, &f->ref, TU_SAMPLES);
+}
+
 /* A recorder killed after a flush: everything up to the flush is there. */
 static void test_not_finalized(void **state)
 {
@@ -432,6 +469,7 @@ static void test_not_finalized(void **state)
         for (int i = 0; i < TU_SAMPLES; i++)
                 assert_int_equal(c.hits[i], i < 1500);
         free(c.hits);
+        check_stack_counts(path, &ref, 1500);
         /* Process 200 never ended: unknown. */
         struct trace_process p;
         assert_int_equal(trace_reader_process_at(r, 1, &p), 0);
@@ -615,6 +653,7 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_filter_combined, setup_finalized, teardown),
             cmocka_unit_test_setup_teardown(test_foreach_stops, setup_finalized, teardown),
             cmocka_unit_test_setup_teardown(test_file_stamp, setup_finalized, teardown),
+            cmocka_unit_test_setup_teardown(test_stack_counts, setup_finalized, teardown),
             cmocka_unit_test(test_not_finalized),
             cmocka_unit_test(test_auto_flush),
             cmocka_unit_test(test_refuses_overwrite),
