@@ -48,7 +48,7 @@ static inline int64_t pf_unzigzag(uint64_t v)
  * Parse a duration: "1.5s", "200ms", "30us", "10ns", "2m", "1h", or a bare
  * number of seconds. Returns 0 and sets *ns, or -1 on a malformed string.
  * With `percent` non-NULL, "10%" is accepted too: *percent is set to true and
- * *ns to the percentage times 1e6 (so 10% gives 10000000, i.e. parts per 1e9).
+ * *ns to the fraction in parts per 1e9 (10% gives 100000000, 100% 1e9).
  */
 int pf_parse_duration(const char *s, int64_t *ns, bool *percent);
 
