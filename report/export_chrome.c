@@ -65,13 +65,17 @@ static void ch_event(struct ch_state *c, const struct ch_thread *t, uint32_t nod
         ex_puts(o, "}");
 }
 
-/* Close the frames of `t` deeper than `keep` at time `at`, innermost first. */
+/*
+ * Close the frames of `t` deeper than `keep` at time `at`, outermost first:
+ * viewers nest slices with equal start and duration in the order they come,
+ * so a caller must precede its callee.
+ */
 static void ch_close(struct ch_state *c, struct ch_thread *t, uint32_t keep, int64_t at)
 {
-        while (t->depth > keep) {
-                t->depth--;
-                ch_event(c, t, t->nodes[t->depth], t->start[t->depth], at);
-        }
+        for (uint32_t d = keep; d < t->depth; d++)
+                ch_event(c, t, t->nodes[d], t->start[d], at);
+        if (t->depth > keep)
+                t->depth = keep;
 }
 
 static int ch_thread_setup(struct ch_state *c, struct ch_thread *t, uint32_t ref)

@@ -247,7 +247,10 @@ static int tl_sample(void *ctx, const struct trace_sample *s)
         int64_t off = s->t_ns - c->lo;
         uint32_t b = 0;
         if (off > 0) {
-                double pos = (double)off / (double)c->span * c->buckets;
+                /* Exact in integers (a double puts 290 ms of 1 s in bucket 28 of 100). */
+                uint64_t pos = (uint64_t)off <= UINT64_MAX / c->buckets
+                                   ? (uint64_t)off * c->buckets / (uint64_t)c->span
+                                   : (uint64_t)((double)off / (double)c->span * c->buckets);
                 b = pos >= c->buckets ? c->buckets - 1 : (uint32_t)pos;
         }
         if (s->state & TRACE_STATE_ON_CPU)
@@ -314,7 +317,7 @@ static void tl_draw(struct ex_out *o, const struct tl_state *c, const uint32_t *
                 double x = HTML_LABEL_WIDTH + b * bw;
                 double h_on = HTML_TIMELINE_HEIGHT * (double)c->on_cpu[b] / (double)peak;
                 double h_idle = HTML_TIMELINE_HEIGHT * (double)c->idle[b] / (double)peak;
-                int64_t t0 = c->lo + (int64_t)((double)c->span * b / c->buckets);
+                int64_t t0 = c->lo + (int64_t)((double)c->span * b / c->buckets + 0.5);
                 char when[32];
                 tl_seconds(when, sizeof(when), t0);
                 ex_printf(o,

@@ -12,8 +12,8 @@
  *     (name, when known), tid and pid (numeric), state ("on-cpu"/"idle") and
  *     gil ("held"/"not held", or "attached"/"detached" without a GIL);
  *   - one Location per frame label, with one Line {function_id, line};
- *   - one Function per (name, file, first line): name and system_name the
- *     frame's qualname (or function name), filename, start_line;
+ *   - one Function per (name, file, first line): name the frame's qualname
+ *     (or function name), system_name "file:name", filename, start_line;
  *   - time_nanos (wall-clock start of the selection, from meta
  *     start_wall_ns) and duration_nanos; the recorded command line as a
  *     comment.
@@ -248,7 +248,7 @@ static void pp_locations(struct pb *prof, struct pb_strings *st, const struct ex
 {
         struct ex_map functions = {0};
         struct pb loc = {0}, line = {0}, fn = {0};
-        struct pf_buf key = {0};
+        struct pf_buf key = {0}, sys = {0};
         for (uint32_t i = 0; i < m->n_labels; i++) {
                 if (!label_used[i])
                         continue;
@@ -268,9 +268,20 @@ static void pp_locations(struct pb *prof, struct pb_strings *st, const struct ex
                         break;
                 }
                 if (added) {
+                        /* "file:name" ("pyflame:name" for pseudo frames). A system_name equal
+                         * to name would let pprof "demangle" it, which empties Python's
+                         * "<module>" or "<lambda>" as if they were C++ template arguments. */
+                        sys.len = 0;
+                        const char *prefix = *l->file ? l->file : "pyflame";
+                        if (pf_buf_append(&sys, prefix, strlen(prefix)) < 0 ||
+                            pf_buf_append(&sys, ":", 1) < 0 ||
+                            pf_buf_append(&sys, name, strlen(name) + 1) < 0) {
+                                prof->nomem = true;
+                                break;
+                        }
                         pb_int(&fn, PB_FUNCTION_ID, (int64_t)fid + 1);
                         pb_int(&fn, PB_FUNCTION_NAME, pb_string(st, name));
-                        pb_int(&fn, PB_FUNCTION_SYSTEM_NAME, pb_string(st, name));
+                        pb_int(&fn, PB_FUNCTION_SYSTEM_NAME, pb_string(st, (const char *)sys.data));
                         pb_int(&fn, PB_FUNCTION_FILENAME, pb_string(st, l->file));
                         pb_int(&fn, PB_FUNCTION_START_LINE, l->first_line > 0 ? l->first_line : 0);
                         pb_message(prof, PB_PROFILE_FUNCTION, &fn);
@@ -287,6 +298,7 @@ static void pp_locations(struct pb *prof, struct pb_strings *st, const struct ex
         pf_buf_free(&line.b);
         pf_buf_free(&fn.b);
         pf_buf_free(&key);
+        pf_buf_free(&sys);
         ex_map_free(&functions);
 }
 
