@@ -151,7 +151,8 @@ static const char sqlite_magic[16] = "SQLite format 3";
 static int check_file(struct trace_reader *r)
 {
         const char *path = r->path;
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        /* O_NONBLOCK: a FIFO given by mistake must not hang us. */
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
         if (fd < 0) {
                 if (errno == ENOENT)
                         return fail(r, TRACE_ERR_IO, "%s: no such file", path);
@@ -165,6 +166,8 @@ static int check_file(struct trace_reader *r)
                 rc = fail(r, TRACE_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
         } else if (S_ISDIR(st.st_mode)) {
                 rc = fail(r, TRACE_ERR_IO, "%s: is a directory, not a trace file", path);
+        } else if (!S_ISREG(st.st_mode)) {
+                rc = fail(r, TRACE_ERR_IO, "%s: not a regular file, so not a trace file", path);
         } else if (st.st_size == 0) {
                 rc = fail(r, TRACE_ERR_NOT_SQLITE,
                           "%s: empty file, not a pyflame trace (did the recorder fail to start?)",

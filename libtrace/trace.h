@@ -185,7 +185,9 @@ TRACE_API int trace_writer_set_thread_name(struct trace_writer *w, uint32_t thre
  * time `t_ns` with TRACE_STATE_* flags `state`. Samples of one thread must be
  * appended in non-decreasing time. Buffered in memory; committed by
  * trace_writer_flush(), which add_sample calls itself about once a second, so
- * a recorder that is killed loses at most the last second.
+ * a recorder that is killed loses at most the last second. A negative status
+ * from that automatic flush is returned too; the sample is then kept in
+ * memory and the next flush writes it.
  */
 TRACE_API int trace_writer_add_sample(struct trace_writer *w, uint32_t thread_ref, int64_t t_ns,
                                       uint32_t stack_id, unsigned state);

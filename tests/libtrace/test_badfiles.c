@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -90,6 +91,10 @@ static void test_missing(void **state)
         /* SQLite would have created it: we must not. */
         assert_int_not_equal(access(p, F_OK), 0);
         expect_open(f->dir, TRACE_ERR_IO, "directory");
+        /* A FIFO must be refused, not block the reader. */
+        assert_int_equal(mkfifo(p, 0600), 0);
+        expect_open(p, TRACE_ERR_IO, "not a regular file");
+        unlink(p);
         free(p);
         struct trace_reader *r = NULL;
         assert_int_equal(trace_reader_open(NULL, &r), TRACE_ERR_ARG);

@@ -121,7 +121,7 @@ static void test_processes_threads(void **state)
         assert_int_equal(trace_reader_thread_count(f->r), 3);
         static const int32_t pids[3] = {100, 100, 200};
         static const int64_t tids[3] = {1000, 1001, 2000};
-        static const uint64_t pyids[3] = {0x7f0000001000ULL, 0x7f0000002000ULL, 0};
+        static const uint64_t pyids[3] = {0x7f0000001000ULL, 0xfedcba9876543210ULL, 0};
         static const char *const names[3] = {"MainThread", "worker", NULL};
         for (uint32_t i = 0; i < 3; i++) {
                 struct trace_thread t;
@@ -530,6 +530,61 @@ static void test_auto_flush(void **state)
         tu_rmdir(dir);
 }
 
+/*
+ * A reader of a live trace works on the snapshot it opened: chunks committed
+ * later, which may use stacks it never loaded, are not visited.
+ */
+static void test_live_snapshot(void **state)
+{
+        char *dir = tu_mkdtemp();
+        char *path = tu_path(dir, "live.pyflame");
+        struct trace_writer *w = NULL;
+        assert_int_equal(trace_writer_create(path, 0, &w), 0);
+        trace_writer_set_flush_interval(w, -1);
+        struct trace_process_desc p = {42, NULL, NULL, NULL};
+        struct trace_thread_desc t = {42, 42, 0, NULL};
+        struct trace_frame_desc fd = {"f", NULL, "x.py", 1, 1, TRACE_FRAME_PYTHON};
+        uint32_t ref, frame, s1, s2;
+        assert_int_equal(trace_writer_add_process(w, &p), 0);
+        assert_int_equal(trace_writer_add_thread(w, &t, &ref), 0);
+        assert_int_equal(trace_writer_intern_frame(w, &fd, &frame), 0);
+        assert_int_equal(trace_writer_intern_stack(w, 0, frame, &s1), 0);
+        struct trace_reader *r = NULL;
+        assert_int_equal(trace_reader_open(path, &r), 0);
+        int64_t base = strtoll(trace_reader_meta(r, TRACE_META_START_MONO_NS), NULL, 10);
+        trace_reader_close(r);
+        for (int i = 0; i < 100; i++)
+                assert_int_equal(trace_writer_add_sample(w, ref, base + i, s1, 0), 0);
+        assert_int_equal(trace_writer_flush(w), 0);
+
+        r = NULL;
+        assert_int_equal(trace_reader_open(path, &r), 0);
+        /* The recorder goes on: a new, deeper stack and more samples. */
+        assert_int_equal(trace_writer_intern_stack(w, s1, frame, &s2), 0);
+        for (int i = 100; i < 250; i++)
+                assert_int_equal(trace_writer_add_sample(w, ref, base + i, s2, 0), 0);
+        assert_int_equal(trace_writer_flush(w), 0);
+        uint64_t *counts, total;
+        assert_int_equal(trace_reader_count_by_stack(r, NULL, &counts, &total), 0);
+        assert_int_equal(total, 100);
+        assert_int_equal(counts[s1], 100);
+        assert_int_equal(trace_reader_stack_count(r), 2);
+        free(counts);
+        trace_reader_close(r);
+
+        /* A new reader sees it all, although the writer never finished. */
+        r = NULL;
+        assert_int_equal(trace_reader_open(path, &r), 0);
+        assert_int_equal(trace_reader_count_by_stack(r, NULL, &counts, &total), 0);
+        assert_int_equal(total, 250);
+        assert_int_equal(counts[s2], 150);
+        free(counts);
+        trace_reader_close(r);
+        trace_writer_free(w);
+        free(path);
+        tu_rmdir(dir);
+}
+
 static void test_refuses_overwrite(void **state)
 {
         char *dir = tu_mkdtemp();
@@ -656,6 +711,7 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_stack_counts, setup_finalized, teardown),
             cmocka_unit_test(test_not_finalized),
             cmocka_unit_test(test_auto_flush),
+            cmocka_unit_test(test_live_snapshot),
             cmocka_unit_test(test_refuses_overwrite),
             cmocka_unit_test(test_writer_refusals),
         };

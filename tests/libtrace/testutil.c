@@ -141,7 +141,8 @@ void tu_write_reference(const char *path, struct tu_reference *ref, bool finaliz
         assert_int_equal(trace_writer_add_process(w, &p1), 0);
         assert_int_equal(trace_writer_add_process(w, &p2), 0);
         struct trace_thread_desc t1 = {100, 1000, 0x7f0000001000ULL, "MainThread"};
-        struct trace_thread_desc t2 = {100, 1001, 0x7f0000002000ULL, NULL};
+        /* A thread id above INT64_MAX: stored as signed 64 bits, must come back. */
+        struct trace_thread_desc t2 = {100, 1001, 0xfedcba9876543210ULL, NULL};
         struct trace_thread_desc t3 = {200, 2000, 0, NULL};
         assert_int_equal(trace_writer_add_thread(w, &t1, &ref->threads[0]), 0);
         assert_int_equal(trace_writer_add_thread(w, &t2, &ref->threads[1]), 0);
