@@ -1158,8 +1158,9 @@ TRACE_API int trace_writer_create(const char *path, unsigned flags, struct trace
         if ((rc = create_file(w, path, flags)) < 0)
                 goto out;
         /* Stack 0, the empty stack, exists from the start (the schema inserts it). */
+        /* A non-NULL arena even before the first string: "" is a string too. */
         if (grow_table((void **)&w->stacks, &w->cap_stacks, sizeof(*w->stacks), 1) < 0 ||
-            grow_stack_counts(w, 1) < 0) {
+            grow_stack_counts(w, 1) < 0 || pf_buf_reserve(&w->arena, 4096) < 0) {
                 rc = fail_nomem(w);
                 goto fail_file;
         }

@@ -160,6 +160,8 @@ static void test_frame_interning(void **state)
 static void test_string_table(void **state)
 {
         struct wfix *f = *state;
+        /* The empty string is a string like any other, even as the very first. */
+        uint32_t empty = frame(f->w, "", NULL, "", -1, -1, TRACE_FRAME_SPECIAL);
         /* Two frames sharing all three strings add exactly three strings. */
         frame(f->w, "alpha", "A.alpha", "a.py", 1, 1, TRACE_FRAME_PYTHON);
         frame(f->w, "alpha", "A.alpha", "a.py", 2, 1, TRACE_FRAME_PYTHON);
@@ -168,10 +170,13 @@ static void test_string_table(void **state)
         /* The reader's frames all point at the same three strings. */
         struct trace_reader *r = NULL;
         assert_int_equal(trace_reader_open(f->path, &r), 0);
-        struct trace_frame a, b, c;
-        assert_int_equal(trace_reader_frame(r, 1, &a), 0);
-        assert_int_equal(trace_reader_frame(r, 2, &b), 0);
-        assert_int_equal(trace_reader_frame(r, 3, &c), 0);
+        struct trace_frame a, b, c, e;
+        assert_int_equal(trace_reader_frame(r, empty, &e), 0);
+        assert_string_equal(e.function, "");
+        assert_ptr_equal(e.function, e.file);
+        assert_int_equal(trace_reader_frame(r, 2, &a), 0);
+        assert_int_equal(trace_reader_frame(r, 3, &b), 0);
+        assert_int_equal(trace_reader_frame(r, 4, &c), 0);
         /* Interned strings come back as the same storage. */
         assert_ptr_equal(a.function, b.function);
         assert_ptr_equal(a.file, b.file);
