@@ -426,10 +426,12 @@ int main(int argc, char **argv)
                 fprintf(stderr, "pyflame-tracebench: out of memory\n");
                 return 1;
         }
+        cpu_set_t allowed;
+        int n_cpus =
+            sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : -1;
         printf("workload: %llu samples, %d threads at ~100 Hz, %d distinct stacks ~30 deep, "
-               "%.0f%% repeats, cpu %s\n",
-               (unsigned long long)o.samples, N_THREADS, N_STACKS, o.repeat * 100,
-               o.cpu >= 0 ? "pinned" : "not pinned");
+               "%.0f%% repeats; running on %d cpu(s)\n",
+               (unsigned long long)o.samples, N_THREADS, N_STACKS, o.repeat * 100, n_cpus);
 
         struct timing tw[MAX_RUNS] = {{0}}, tr[MAX_RUNS] = {{0}}, tf[MAX_RUNS] = {{0}};
         struct timing trep[MAX_RUNS] = {{0}}, tline[MAX_RUNS] = {{0}};
