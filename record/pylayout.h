@@ -1,0 +1,142 @@
+/*
+ * pylayout.h - where CPython keeps what the walker reads, per version, as data.
+ *
+ * A struct pylayout holds every offset and every "kind" switch the walker
+ * needs. For 2.7 and 3.6-3.12 it comes from a static table (one row per minor
+ * version, numbers from offsetof on the installed headers). From 3.13 on it is
+ * filled from the target's own _Py_DebugOffsets, read at _PyRuntime, on top
+ * of a small per-version supplement for the facts the debug offsets do not
+ * carry (owner values, _PyStackRef tag bits, string state layout, ...). The
+ * walker is one code path over this struct: adding a version is a row here
+ * and a test, not a new branch in the walker.
+ *
+ * Offsets are bytes from the start of the named struct; -1 means "this
+ * version has no such field". Offsets into objects (PyObject-headed structs)
+ * already include the object header of the build.
+ */
+#ifndef PYFLAME_PYLAYOUT_H
+#define PYFLAME_PYLAYOUT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "linetable.h"
+#include "memsrc.h"
+#include "pyfind.h"
+
+/* How a version chains its frames. */
+enum pyl_frames {
+        PYL_FRAMES_OBJECT = 1, /* <=3.10: heap PyFrameObject, tstate->frame, f_back */
+        PYL_FRAMES_INTERP,     /* 3.11+: _PyInterpreterFrame in data-stack chunks, previous */
+};
+
+/* What the frame's instruction field holds. */
+enum pyl_lasti {
+        PYL_LASTI_BYTES = 1, /* int f_lasti, byte offset (<=3.9) */
+        PYL_LASTI_UNITS,     /* int f_lasti, 2-byte code units (3.10) */
+        PYL_LASTI_POINTER,   /* pointer into the bytecode: prev_instr (3.11/3.12), instr_ptr (3.13+)
+                              */
+};
+
+/* How str objects are laid out. */
+enum pyl_strings {
+        PYL_STR_PY2 = 1,      /* PyStringObject (bytes) and the 2.x PyUnicodeObject */
+        PYL_STR_PEP393,       /* 3.3+: state bitfield, kind at bits 2-4 */
+        PYL_STR_PEP393_BYTE0, /* 3.14t+: interned is a whole byte, kind at bits 8-10 */
+};
+
+/* Where the thread holding the GIL is recorded. */
+enum pyl_gil {
+        PYL_GIL_SYMBOL = 1, /* *_PyThreadState_Current (2.7, 3.6) */
+        PYL_GIL_RUNTIME,    /* _PyRuntime.gilstate.tstate_current (3.7-3.11) */
+        PYL_GIL_INTERP,     /* *interp->ceval.gil: {enabled (FT)}, last_holder, locked (3.12+) */
+};
+
+#define PYL_OWNER_NONE 127 /* owner_skip_from when no owner value marks entry frames */
+
+struct pylayout {
+        char name[8]; /* "3.12", "3.13t" */
+        uint8_t major, minor;
+        bool free_threaded;
+        bool from_debug_offsets; /* filled from the target's _Py_DebugOffsets */
+
+        uint8_t frames;    /* enum pyl_frames */
+        uint8_t lasti;     /* enum pyl_lasti */
+        uint8_t linetable; /* enum lt_format */
+        uint8_t strings;   /* enum pyl_strings */
+        uint8_t gil;       /* enum pyl_gil */
+
+        /* PyObject / PyVarObject / PyTypeObject */
+        int32_t ob_type, ob_size, tp_flags;
+
+        /* _PyRuntimeState (3.7+) */
+        int32_t rt_interp_head, rt_tstate_current;
+
+        /* PyInterpreterState */
+        int32_t is_next, is_threads_head, is_id, is_ceval_gil;
+        /* struct _gil_runtime_state, reached through is_ceval_gil */
+        int32_t gil_enabled, gil_locked, gil_holder;
+
+        /* PyThreadState */
+        int32_t ts_next, ts_interp, ts_frame, ts_thread_id, ts_native_tid;
+        int32_t ts_datastack_chunk, ts_state, ts_base_frame;
+        int32_t cframe_current; /* _PyCFrame.current_frame when ts_frame is a cframe (3.11/3.12) */
+
+        /* PyFrameObject (<=3.10) or _PyInterpreterFrame (3.11+) */
+        int32_t fr_back, fr_code, fr_lasti, fr_owner, fr_tlbc_index;
+        uint32_t fr_read;        /* bytes to read per frame: covers every field above */
+        uint64_t fr_code_mask;   /* ~0, or ~3 where f_executable is a tagged _PyStackRef */
+        uint8_t owner_generator; /* FRAME_OWNED_BY_GENERATOR, or PYL_OWNER_NONE */
+        uint8_t owner_skip_from; /* entry/shim frames have owner >= this */
+        bool executable_any;     /* f_executable may be a non-code object (3.13+) */
+        bool init_shim;          /* _Py_InitCleanup "__init__" shim frames exist (3.13+) */
+
+        /* PyCodeObject */
+        int32_t co_filename, co_name, co_qualname, co_linetable, co_firstlineno;
+        int32_t co_firsttraceable, co_code_adaptive, co_tlbc;
+        uint32_t co_read; /* bytes to read per code object: covers every field above */
+
+        /* str: PEP 393, or the 2.x PyUnicodeObject (length, str pointer) */
+        int32_t str_length, str_state, str_ascii_size, str_compact_size, str_data;
+        uint8_t py2_unicode_width; /* sizeof(Py_UNICODE) of a 2.x build */
+        /* bytes (3.x) and the 2.x PyStringObject */
+        int32_t bytes_size, bytes_sval;
+
+        /* _PyStackChunk {previous, size, top, data[]} (3.11+) */
+        int32_t chunk_previous, chunk_size, chunk_data;
+};
+
+/*
+ * The layout for the interpreter described by `t`, reading its
+ * _Py_DebugOffsets through `m` on 3.13+. On success fills *out and returns 0.
+ * Otherwise returns a negative enum pyfind_status with a one-line message:
+ * PYFIND_UNSUPPORTED for a version without a table, or debug offsets that
+ * fail validation (cookie, version, free-threading flag, sizes);
+ * PYFIND_NOT_READY when they cannot be read yet; a read error's
+ * PYFIND_NO_PROCESS / PYFIND_PERMISSION. *out is untouched on failure.
+ */
+int pylayout_for_target(const struct pyfind_target *t, struct memsrc *m, struct pylayout *out,
+                        char *err, size_t errlen);
+
+/*
+ * The static table row for major.minor (2.7, 3.6-3.12) with `micro` for
+ * patch-level differences, shifted for Py_TRACE_REFS object headers when
+ * `trace_refs`. Returns NULL for versions described by debug offsets or
+ * unsupported. The result is a pointer to internal static storage
+ * overwritten by the next call (tests use it to build images).
+ */
+const struct pylayout *pylayout_table(int major, int minor, int micro, bool trace_refs);
+
+/*
+ * Fill *out from a raw _Py_DebugOffsets image `dbg` (len bytes) for
+ * major.minor and the free-threading flag. Same returns as
+ * pylayout_for_target(). Exposed for tests that build synthetic images.
+ */
+int pylayout_from_debug_offsets(const uint8_t *dbg, size_t len, uint32_t version_hex,
+                                bool free_threaded, struct pylayout *out, char *err, size_t errlen);
+
+/* Bytes of _Py_DebugOffsets that pylayout_from_debug_offsets() may look at. */
+#define PYLAYOUT_DEBUG_OFFSETS_MAX 1024
+
+#endif

@@ -1,0 +1,1178 @@
+/*
+ * pywalk.c - one walker for every CPython version: interpreters -> threads ->
+ * frames, driven by a struct pylayout (see pywalk.h, pylayout.h).
+ *
+ * Reads are what a sample costs (one process_vm_readv is a few microseconds,
+ * the walk itself far less), so every read of the walk goes through a
+ * per-sample snapshot of spans: a read not yet in the snapshot is issued and
+ * kept; the spans a sample used are read again, all in one batched call, at
+ * the start of the next sample. A thread whose stack did not change shape
+ * then costs no read beyond that batch: its tstate, its whole current
+ * data-stack chunk (3.11+, where frames live), the C-stack entry frames and
+ * generator frames outside it, or its heap frames (<=3.10). Spans read in
+ * the same sample are never mixed with older copies. Code objects are decoded
+ * once into a cache keyed by address; a hit costs no read and is re-checked
+ * against the frame's instruction pointer, so a code object freed and
+ * replaced at the same address is noticed.
+ *
+ * Everything read from the target is untrusted: loops are bounded, frame and
+ * thread chains are checked for cycles, object types, string kinds and
+ * lengths are validated; anything inconsistent marks the thread torn.
+ */
+#include "pywalk.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "linetable.h"
+#include "procfs.h"
+#include "pylayout.h"
+#include "pystr.h"
+
+/* Bounds on what the target can make us do. */
+#define MAX_INTERPS      256
+#define MAX_STEPS        (2 * PYWALK_MAX_DEPTH) /* frames visited per thread, skipped ones included */
+#define MAX_NAME_CHARS   4096                   /* characters in a name or file name */
+#define MAX_LINETABLE    (1u << 20)
+#define MAX_CHUNK_BYTES  (8u << 20) /* a data-stack chunk (16 KiB unless a frame is huge) */
+#define MAX_CHUNKS       64         /* older chunks followed per thread */
+#define MAX_CODE_UNITS   (1u << 24)
+#define MAX_TLBC         4096
+#define FRAME_BUF        512 /* >= any fr_read */
+#define CODE_BUF         1024
+#define OBJ_PREFIX       256 /* first read of a str or bytes object */
+#define PREFETCH_SPANS   8192
+#define PREFETCH_BYTES   (32u << 20)
+#define TID_SCAN_BYTES   2048 /* searched of a struct pthread for the TID */
+#define TID_SCAN_CHUNK   256
+#define TID_SEARCH_TRIES 16
+#define TID_CANDIDATES   64
+
+/* Type flags (Include/object.h; BYTES_SUBCLASS is STRING_SUBCLASS in 2.x). */
+#define TPFLAGS_BYTES   (1ul << 27)
+#define TPFLAGS_UNICODE (1ul << 28)
+
+#define THREAD_ATTACHED 1 /* _Py_THREAD_ATTACHED, tstate->state (3.13+) */
+
+/* Internal result of code_get(): the object is not a code object (3.13+ may skip it). */
+#define NOT_CODE 1
+
+static uint64_t rd64(const uint8_t *p)
+{
+        uint64_t v;
+        memcpy(&v, p, sizeof(v));
+        return v;
+}
+
+static int32_t rd32(const uint8_t *p)
+{
+        int32_t v;
+        memcpy(&v, p, sizeof(v));
+        return v;
+}
+
+/* Errors that end the whole sample, not just a thread. */
+static bool fatal_read(int rc)
+{
+        return rc == -ESRCH || rc == -EPERM || rc == -ENOMEM;
+}
+
+/* ---- per-sample snapshot of spans ------------------------------------------ */
+
+struct span {
+        uint64_t addr;
+        size_t len, off; /* bytes at snap.buf + off */
+        bool used;
+};
+
+struct snap {
+        struct span *v;
+        size_t n, cap;
+        uint8_t *buf;
+        size_t len, cap_buf;
+        size_t hint;
+        /* What to read at the start of the next sample. */
+        struct span *next;
+        size_t n_next;
+};
+
+static int snap_reserve(struct snap *s, size_t extra)
+{
+        if (s->n == s->cap) {
+                size_t cap = s->cap ? s->cap * 2 : 64;
+                struct span *v = realloc(s->v, cap * sizeof(*v));
+                if (!v)
+                        return -ENOMEM;
+                s->v = v;
+                s->cap = cap;
+        }
+        if (s->cap_buf - s->len < extra) {
+                size_t cap = s->cap_buf ? s->cap_buf : 65536;
+                while (cap - s->len < extra)
+                        cap *= 2;
+                uint8_t *b = realloc(s->buf, cap);
+                if (!b)
+                        return -ENOMEM;
+                s->buf = b;
+                s->cap_buf = cap;
+        }
+        return 0;
+}
+
+/* The span holding [addr, addr+len), or NULL. Starts at the hint: walks are mostly in order. */
+static struct span *snap_find(struct snap *s, uint64_t addr, size_t len)
+{
+        for (size_t k = 0; k < 2 && s->hint + k < s->n; k++) {
+                struct span *p = &s->v[s->hint + k];
+                if (addr >= p->addr && addr - p->addr <= p->len &&
+                    len <= p->len - (addr - p->addr)) {
+                        s->hint += k;
+                        return p;
+                }
+        }
+        for (size_t i = 0; i < s->n; i++) {
+                struct span *p = &s->v[i];
+                if (addr >= p->addr && addr - p->addr <= p->len &&
+                    len <= p->len - (addr - p->addr)) {
+                        s->hint = i;
+                        return p;
+                }
+        }
+        return NULL;
+}
+
+struct code_entry {
+        struct pywalk_code pub;
+        uint64_t addr;
+        uint64_t name_p, qualname_p, file_p, table_p; /* identity, to recognise a reload */
+        int32_t firsttraceable;                       /* code units, -1 when unknown */
+        uint64_t nunits;                              /* code units of bytecode, 0 when unknown */
+        struct lt_map lines;
+        bool shim; /* the 3.13+ _Py_InitCleanup "__init__" shim */
+        uint64_t *tlbc;
+        uint32_t n_tlbc;
+        uint64_t checked_sample; /* last sample that re-read it */
+};
+
+struct type_flags {
+        uint64_t type, flags;
+};
+
+/* A set of addresses for cycle detection, cleared in O(1) by bumping gen. */
+struct vset {
+        struct {
+                uint64_t key;
+                uint32_t gen;
+        } * slot;
+        size_t cap; /* power of two, > 2 * the most members */
+        uint32_t gen;
+};
+
+struct pywalk {
+        struct pylayout L;
+        struct pyfind_target t;
+        struct memsrc *m;
+        struct snap snap;
+
+        struct code_entry **hash; /* open addressing by code address */
+        size_t hash_cap, hash_n;
+        struct code_entry **all; /* every entry ever made, freed at close */
+        size_t n_all, cap_all;
+        uint32_t next_id;
+        struct type_flags types[32];
+        size_t n_types;
+
+        struct pywalk_frame *frames;
+        struct vset frames_seen, threads_seen;
+        uint64_t sample_no;
+
+        int32_t tid_off; /* of the TID in glibc's struct pthread, -1 unknown */
+        unsigned tid_tries;
+        int64_t pids[2];
+        uint64_t tid_candidates[TID_CANDIDATES];
+        size_t n_tid_candidates;
+};
+
+/* Read [addr, addr+len) into dst, from the snapshot or the target (then kept). */
+static int fetch(struct pywalk *w, uint64_t addr, void *dst, size_t len)
+{
+        struct snap *s = &w->snap;
+        struct span *p = snap_find(s, addr, len);
+        if (!p) {
+                int rc = snap_reserve(s, len);
+                if (rc < 0)
+                        return rc;
+                rc = memsrc_read(w->m, addr, s->buf + s->len, len);
+                if (rc < 0)
+                        return rc;
+                p = &s->v[s->n++];
+                *p = (struct span){.addr = addr, .len = len, .off = s->len};
+                s->len += len;
+                s->hint = s->n - 1;
+        }
+        p->used = true;
+        memcpy(dst, s->buf + p->off + (addr - p->addr), len);
+        return 0;
+}
+
+/* Make sure [addr, addr+len) is one span; smaller used spans inside it stop being prefetched. */
+static int fetch_region(struct pywalk *w, uint64_t addr, size_t len)
+{
+        struct snap *s = &w->snap;
+        struct span *p = snap_find(s, addr, len);
+        if (p) {
+                p->used = true;
+                return 0;
+        }
+        int rc = snap_reserve(s, len);
+        if (rc < 0)
+                return rc;
+        rc = memsrc_read(w->m, addr, s->buf + s->len, len);
+        if (rc < 0)
+                return rc;
+        for (size_t i = 0; i < s->n; i++)
+                if (s->v[i].addr >= addr && s->v[i].addr - addr + s->v[i].len <= len)
+                        s->v[i].used = false;
+        s->v[s->n++] = (struct span){.addr = addr, .len = len, .off = s->len, .used = true};
+        s->len += len;
+        return 0;
+}
+
+static bool covered(struct pywalk *w, uint64_t addr, size_t len)
+{
+        return snap_find(&w->snap, addr, len) != NULL;
+}
+
+/* Start a sample: read last sample's spans in one batch. A failure just means "cold". */
+static void snap_begin(struct pywalk *w)
+{
+        struct snap *s = &w->snap;
+        s->n = s->len = s->hint = 0;
+        if (!s->n_next)
+                return;
+        size_t total = 0;
+        for (size_t i = 0; i < s->n_next; i++)
+                total += s->next[i].len;
+        if (s->cap < s->n_next) {
+                struct span *v = realloc(s->v, s->n_next * sizeof(*v));
+                if (!v)
+                        return;
+                s->v = v;
+                s->cap = s->n_next;
+        }
+        if (snap_reserve(s, total) < 0)
+                return;
+        struct memsrc_iov *iov = malloc(s->n_next * sizeof(*iov));
+        if (!iov)
+                return;
+        size_t off = 0;
+        for (size_t i = 0; i < s->n_next; i++) {
+                s->v[i] = (struct span){.addr = s->next[i].addr, .len = s->next[i].len, .off = off};
+                iov[i] = (struct memsrc_iov){
+                    .addr = s->next[i].addr, .buf = s->buf + off, .len = s->next[i].len};
+                off += s->next[i].len;
+        }
+        if (memsrc_readv(w->m, iov, s->n_next) == 0) {
+                s->n = s->n_next;
+                s->len = total;
+        }
+        free(iov);
+}
+
+/* End a sample: the spans it used are next sample's batch. */
+static void snap_end(struct pywalk *w)
+{
+        struct snap *s = &w->snap;
+        size_t n = 0, bytes = 0;
+        for (size_t i = 0; i < s->n; i++)
+                if (s->v[i].used)
+                        n++;
+        free(s->next);
+        s->next = n ? malloc(n * sizeof(*s->next)) : NULL;
+        s->n_next = 0;
+        if (!s->next)
+                return;
+        for (size_t i = 0; i < s->n && s->n_next < PREFETCH_SPANS; i++) {
+                if (!s->v[i].used || bytes + s->v[i].len > PREFETCH_BYTES)
+                        continue;
+                s->next[s->n_next++] = s->v[i];
+                bytes += s->v[i].len;
+        }
+}
+
+/* ---- sets, code cache, type cache ------------------------------------------ */
+
+static int vset_init(struct vset *v, size_t members)
+{
+        v->cap = 1;
+        while (v->cap < 2 * members)
+                v->cap *= 2;
+        v->slot = calloc(v->cap, sizeof(*v->slot));
+        v->gen = 1;
+        return v->slot ? 0 : -ENOMEM;
+}
+
+static void vset_clear(struct vset *v)
+{
+        if (++v->gen == 0) {
+                memset(v->slot, 0, v->cap * sizeof(*v->slot));
+                v->gen = 1;
+        }
+}
+
+/* Add key; returns true when it was already there. At most cap/2 members by the callers' bounds. */
+static bool vset_seen(struct vset *v, uint64_t key)
+{
+        size_t i = (size_t)((key >> 3) * 0x9e3779b97f4a7c15ull >> 20) & (v->cap - 1);
+        while (v->slot[i].gen == v->gen) {
+                if (v->slot[i].key == key)
+                        return true;
+                i = (i + 1) & (v->cap - 1);
+        }
+        v->slot[i].key = key;
+        v->slot[i].gen = v->gen;
+        return false;
+}
+
+static size_t hash_slot(uint64_t addr, size_t cap)
+{
+        return (size_t)((addr >> 4) * 0x9e3779b97f4a7c15ull >> 17) & (cap - 1);
+}
+
+static struct code_entry *code_lookup(struct pywalk *w, uint64_t addr)
+{
+        for (size_t i = hash_slot(addr, w->hash_cap);; i = (i + 1) & (w->hash_cap - 1)) {
+                struct code_entry *e = w->hash[i];
+                if (!e || e->addr == addr)
+                        return e;
+        }
+}
+
+/* Insert or replace the entry for e->addr. */
+static int code_insert(struct pywalk *w, struct code_entry *e)
+{
+        if ((w->hash_n + 1) * 2 > w->hash_cap) {
+                size_t cap = w->hash_cap * 2;
+                struct code_entry **h = calloc(cap, sizeof(*h));
+                if (!h)
+                        return -ENOMEM;
+                for (size_t i = 0; i < w->hash_cap; i++) {
+                        if (!w->hash[i])
+                                continue;
+                        size_t j = hash_slot(w->hash[i]->addr, cap);
+                        while (h[j])
+                                j = (j + 1) & (cap - 1);
+                        h[j] = w->hash[i];
+                }
+                free(w->hash);
+                w->hash = h;
+                w->hash_cap = cap;
+        }
+        if (w->n_all == w->cap_all) {
+                size_t cap = w->cap_all ? w->cap_all * 2 : 256;
+                struct code_entry **a = realloc(w->all, cap * sizeof(*a));
+                if (!a)
+                        return -ENOMEM;
+                w->all = a;
+                w->cap_all = cap;
+        }
+        w->all[w->n_all++] = e;
+        size_t i = hash_slot(e->addr, w->hash_cap);
+        while (w->hash[i] && w->hash[i]->addr != e->addr)
+                i = (i + 1) & (w->hash_cap - 1);
+        if (!w->hash[i])
+                w->hash_n++;
+        w->hash[i] = e;
+        return 0;
+}
+
+static void code_free(struct code_entry *e)
+{
+        if (!e)
+                return;
+        free((char *)e->pub.name);
+        free((char *)e->pub.qualname);
+        free((char *)e->pub.file);
+        lt_map_free(&e->lines);
+        free(e->tlbc);
+        free(e);
+}
+
+/* tp_flags of the type at `type`, cached (types outlive everything we read). */
+static int type_flags(struct pywalk *w, uint64_t type, uint64_t *flags)
+{
+        for (size_t i = 0; i < w->n_types; i++) {
+                if (w->types[i].type == type) {
+                        *flags = w->types[i].flags;
+                        return 0;
+                }
+        }
+        uint64_t f;
+        int rc = memsrc_read(w->m, type + (uint64_t)w->L.tp_flags, &f, sizeof(f));
+        if (rc < 0)
+                return rc;
+        size_t slot = w->n_types < 32 ? w->n_types++ : (size_t)(type >> 4) % 32;
+        w->types[slot] = (struct type_flags){type, f};
+        *flags = f;
+        return 0;
+}
+
+/* ---- strings and bytes ---------------------------------------------------- */
+
+/*
+ * Read the str (`want_str`) or bytes object at addr whose first `prelen`
+ * bytes are already in `pre`. Returns 0 with a malloc'd buffer in *out
+ * (NUL-terminated UTF-8 for a str, raw bytes for bytes) and its length,
+ * PYWALK_TORN when the object is not what it should be, or a read error.
+ */
+static int read_object(struct pywalk *w, uint64_t addr, bool want_str, const uint8_t *pre,
+                       size_t prelen, char **out, size_t *outlen)
+{
+        const struct pylayout *L = &w->L;
+        if ((size_t)L->ob_type + 8 > prelen)
+                return PYWALK_TORN;
+        uint64_t type = rd64(pre + L->ob_type);
+        enum pystr_obj kind;
+        if (want_str && type == w->t.str_type_addr && type) {
+                kind = PYSTR_STR;
+        } else {
+                uint64_t flags;
+                int rc = type ? type_flags(w, type, &flags) : PYWALK_TORN;
+                if (rc < 0)
+                        return fatal_read(rc) ? rc : PYWALK_TORN;
+                if (!want_str && (flags & TPFLAGS_BYTES))
+                        kind = PYSTR_BYTES;
+                else if (want_str && (flags & TPFLAGS_UNICODE))
+                        kind = L->strings == PYL_STR_PY2 ? PYSTR_UNICODE2 : PYSTR_STR;
+                else if (want_str && (flags & TPFLAGS_BYTES) && L->strings == PYL_STR_PY2)
+                        kind = PYSTR_STR;
+                else
+                        return PYWALK_TORN;
+        }
+        struct pystr_shape sh;
+        uint64_t max = want_str ? MAX_NAME_CHARS : MAX_LINETABLE;
+        if (pystr_shape(L, kind, pre, prelen, max, &sh) < 0)
+                return PYWALK_TORN;
+        size_t nbytes = (size_t)sh.length * (sh.kind ? sh.kind : 1);
+        uint8_t *data = malloc(nbytes + 1);
+        if (!data)
+                return -ENOMEM;
+        int rc = 0;
+        if (sh.data_off >= 0 && (uint64_t)sh.data_off + nbytes <= prelen)
+                memcpy(data, pre + sh.data_off, nbytes);
+        else if (nbytes)
+                rc =
+                    memsrc_read(w->m, sh.data_off >= 0 ? addr + (uint64_t)sh.data_off : sh.data_ptr,
+                                data, nbytes);
+        if (rc < 0) {
+                free(data);
+                return fatal_read(rc) ? rc : PYWALK_TORN;
+        }
+        if (!want_str) {
+                data[nbytes] = 0;
+                *out = (char *)data;
+                *outlen = nbytes;
+                return 0;
+        }
+        size_t cap = pystr_utf8_max(sh.length, sh.kind);
+        char *text = malloc(cap);
+        long n = text ? pystr_utf8(data, sh.length, sh.kind, text, cap) : -ENOMEM;
+        free(data);
+        if (n < 0) {
+                free(text);
+                return n == -ENOMEM ? -ENOMEM : PYWALK_TORN;
+        }
+        *out = text;
+        *outlen = (size_t)n;
+        return 0;
+}
+
+/* Bytes of a str or bytes object that hold every header field pystr_shape() reads. */
+static size_t object_head_len(const struct pylayout *L)
+{
+        int32_t ends[] = {L->ob_type + 8,      L->str_length + 8, L->str_state + 4, L->str_data + 8,
+                          L->str_compact_size, L->bytes_size + 8, L->bytes_sval};
+        int32_t m = 0;
+        for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++)
+                if (ends[i] > m)
+                        m = ends[i];
+        return (size_t)m < OBJ_PREFIX ? (size_t)m : OBJ_PREFIX;
+}
+
+/* ---- code objects ----------------------------------------------------------- */
+
+/* The fields of a code object that identify it, as read from its header. */
+struct code_head {
+        uint64_t ptr[4]; /* name, qualname, file, table */
+        int32_t first_line, firsttraceable;
+        uint64_t nunits;
+};
+
+enum { P_NAME, P_QUALNAME, P_FILE, P_TABLE };
+
+/* Read the code object header; NOT_CODE when its type is not PyCode_Type. */
+static int code_read_head(struct pywalk *w, uint64_t addr, struct code_head *h)
+{
+        const struct pylayout *L = &w->L;
+        uint8_t co[CODE_BUF];
+        int rc = memsrc_read(w->m, addr, co, L->co_read);
+        if (rc < 0)
+                return fatal_read(rc) ? rc : PYWALK_TORN;
+        uint64_t type = rd64(co + L->ob_type);
+        if (w->t.code_type_addr && type != w->t.code_type_addr)
+                return NOT_CODE;
+        memset(h, 0, sizeof(*h));
+        h->ptr[P_NAME] = rd64(co + L->co_name);
+        h->ptr[P_QUALNAME] = L->co_qualname >= 0 ? rd64(co + L->co_qualname) : 0;
+        h->ptr[P_FILE] = rd64(co + L->co_filename);
+        h->ptr[P_TABLE] = rd64(co + L->co_linetable);
+        h->first_line = rd32(co + L->co_firstlineno);
+        h->firsttraceable = L->co_firsttraceable >= 0 ? rd32(co + L->co_firsttraceable) : -1;
+        if (L->co_code_adaptive >= 0) {
+                int64_t n = (int64_t)rd64(co + L->ob_size);
+                if (n <= 0 || n > MAX_CODE_UNITS)
+                        return PYWALK_TORN;
+                h->nunits = (uint64_t)n;
+                if (h->firsttraceable < 0 || (uint64_t)h->firsttraceable > h->nunits)
+                        h->firsttraceable = -1;
+        }
+        if (!h->ptr[P_NAME] || !h->ptr[P_FILE] || !h->ptr[P_TABLE])
+                return PYWALK_TORN;
+        return 0;
+}
+
+/* Decode the strings and line table of a code object into a new entry. */
+static int code_build(struct pywalk *w, uint64_t addr, const struct code_head *h,
+                      struct code_entry **out)
+{
+        const struct pylayout *L = &w->L;
+        /* One batched read of the four objects' first bytes; singly when that fails. */
+        uint8_t pre[4][OBJ_PREFIX];
+        size_t prelen[4] = {0};
+        struct memsrc_iov iov[4];
+        size_t n = 0;
+        for (int i = 0; i < 4; i++)
+                if (h->ptr[i])
+                        iov[n++] = (struct memsrc_iov){h->ptr[i], pre[i], OBJ_PREFIX};
+        int rc = memsrc_readv(w->m, iov, n);
+        if (fatal_read(rc))
+                return rc;
+        size_t head = object_head_len(L);
+        for (int i = 0; i < 4; i++) {
+                if (!h->ptr[i])
+                        continue;
+                if (rc == 0) {
+                        prelen[i] = OBJ_PREFIX;
+                        continue;
+                }
+                int r = memsrc_read(w->m, h->ptr[i], pre[i], head);
+                if (r < 0)
+                        return fatal_read(r) ? r : PYWALK_TORN;
+                prelen[i] = head;
+        }
+        struct code_entry *e = calloc(1, sizeof(*e));
+        if (!e)
+                return -ENOMEM;
+        char *text[4] = {0};
+        size_t len[4] = {0};
+        for (int i = 0; i < 4; i++) {
+                if (!h->ptr[i])
+                        continue;
+                rc = read_object(w, h->ptr[i], i != P_TABLE, pre[i], prelen[i], &text[i], &len[i]);
+                if (rc < 0)
+                        goto fail;
+        }
+        rc = lt_map_build((enum lt_format)L->linetable, (const uint8_t *)text[P_TABLE],
+                          len[P_TABLE], h->first_line, &e->lines);
+        free(text[P_TABLE]);
+        text[P_TABLE] = NULL;
+        if (rc < 0)
+                goto fail;
+        e->pub.name = text[P_NAME];
+        e->pub.qualname = text[P_QUALNAME];
+        e->pub.file = text[P_FILE];
+        e->pub.first_line = h->first_line;
+        e->addr = addr;
+        e->name_p = h->ptr[P_NAME];
+        e->qualname_p = h->ptr[P_QUALNAME];
+        e->file_p = h->ptr[P_FILE];
+        e->table_p = h->ptr[P_TABLE];
+        e->firsttraceable = h->firsttraceable;
+        e->nunits = h->nunits;
+        e->shim = L->init_shim && strcmp(e->pub.name, "__init__") == 0 &&
+                  strcmp(e->pub.file, "__init__") == 0;
+        e->checked_sample = w->sample_no;
+        *out = e;
+        return 0;
+fail:
+        for (int i = 0; i < 4; i++)
+                free(text[i]);
+        lt_map_free(&e->lines);
+        free(e);
+        return rc;
+}
+
+/* The cached entry for the code object at addr, decoding it on a miss. */
+static int code_get(struct pywalk *w, uint64_t addr, struct code_entry **out)
+{
+        struct code_entry *e = code_lookup(w, addr);
+        if (e) {
+                *out = e;
+                return 0;
+        }
+        struct code_head h;
+        int rc = code_read_head(w, addr, &h);
+        if (rc != 0)
+                return rc;
+        rc = code_build(w, addr, &h, &e);
+        if (rc < 0)
+                return rc;
+        e->pub.id = ++w->next_id;
+        rc = code_insert(w, e);
+        if (rc < 0) {
+                code_free(e);
+                return rc;
+        }
+        *out = e;
+        return 0;
+}
+
+/*
+ * The frame's instruction pointer does not fit the cached entry: the code
+ * object may have been freed and another one built at its address. Re-read
+ * the header (at most once per entry and sample); a different object gets a
+ * new entry and id. Returns 0 with the entry to use, or an error.
+ */
+static int code_recheck(struct pywalk *w, struct code_entry **pe)
+{
+        struct code_entry *old = *pe;
+        if (old->checked_sample == w->sample_no)
+                return PYWALK_TORN;
+        old->checked_sample = w->sample_no;
+        struct code_head h;
+        int rc = code_read_head(w, old->addr, &h);
+        if (rc != 0)
+                return rc == NOT_CODE ? PYWALK_TORN : rc;
+        if (h.ptr[P_NAME] == old->name_p && h.ptr[P_QUALNAME] == old->qualname_p &&
+            h.ptr[P_FILE] == old->file_p && h.ptr[P_TABLE] == old->table_p &&
+            h.first_line == old->pub.first_line && h.nunits == old->nunits) {
+                free(old->tlbc);
+                old->tlbc = NULL;
+                old->n_tlbc = 0;
+                return 0;
+        }
+        struct code_entry *e;
+        rc = code_build(w, old->addr, &h, &e);
+        if (rc < 0)
+                return rc;
+        e->pub.id = ++w->next_id;
+        rc = code_insert(w, e);
+        if (rc < 0) {
+                code_free(e);
+                return rc;
+        }
+        *pe = e;
+        return 0;
+}
+
+/* 3.14t: base of thread-local bytecode copy `idx` (0: none, use co_code_adaptive). */
+static int tlbc_base(struct pywalk *w, struct code_entry *e, int32_t idx, uint64_t *base)
+{
+        if (idx < 0 || idx >= MAX_TLBC)
+                return PYWALK_TORN;
+        if (!e->tlbc || (uint32_t)idx >= e->n_tlbc) {
+                uint64_t arr, size;
+                int rc = memsrc_read(w->m, e->addr + (uint64_t)w->L.co_tlbc, &arr, 8);
+                if (rc == 0)
+                        rc = arr ? memsrc_read(w->m, arr, &size, 8) : PYWALK_TORN;
+                if (rc == 0 && (size == 0 || size > MAX_TLBC))
+                        rc = PYWALK_TORN;
+                uint64_t *v = rc == 0 ? malloc(size * 8) : NULL;
+                if (rc == 0 && !v)
+                        rc = -ENOMEM;
+                if (rc == 0)
+                        rc = memsrc_read(w->m, arr + 8, v, size * 8);
+                if (rc < 0) {
+                        free(v);
+                        return fatal_read(rc) ? rc : PYWALK_TORN;
+                }
+                free(e->tlbc);
+                e->tlbc = v;
+                e->n_tlbc = (uint32_t)size;
+                if ((uint32_t)idx >= e->n_tlbc)
+                        return PYWALK_TORN;
+        }
+        *base = e->tlbc[idx] ? e->tlbc[idx] : e->addr + (uint64_t)w->L.co_code_adaptive;
+        return 0;
+}
+
+/* ---- frames ----------------------------------------------------------------- */
+
+/* Byte offset of the frame's instruction in its code, or INT64_MIN to skip the frame. */
+static int frame_offset(struct pywalk *w, const uint8_t *fr, uint64_t code, struct code_entry **pe,
+                        uint8_t owner, int64_t *off)
+{
+        const struct pylayout *L = &w->L;
+        if (L->lasti != PYL_LASTI_POINTER) {
+                int32_t lasti = rd32(fr + L->fr_lasti);
+                *off = lasti < 0 ? -1 : L->lasti == PYL_LASTI_UNITS ? 2 * (int64_t)lasti : lasti;
+                return 0;
+        }
+        uint64_t ip = rd64(fr + L->fr_lasti);
+        int32_t idx = L->fr_tlbc_index >= 0 ? rd32(fr + L->fr_tlbc_index) : 0;
+        for (int attempt = 0;; attempt++) {
+                struct code_entry *e = *pe;
+                uint64_t base = code + (uint64_t)L->co_code_adaptive;
+                int rc = idx ? tlbc_base(w, e, idx, &base) : 0;
+                int64_t o = (int64_t)(ip - base);
+                /* prev_instr of a fresh 3.11/3.12 frame is one unit before the code. */
+                if (rc == 0 && o >= -2 && o <= 2 * (int64_t)e->nunits && !(o & 1)) {
+                        bool incomplete = owner != L->owner_generator && e->firsttraceable >= 0 &&
+                                          o < 2 * (int64_t)e->firsttraceable;
+                        *off = incomplete ? INT64_MIN : o;
+                        return 0;
+                }
+                if (rc < 0 && rc != PYWALK_TORN)
+                        return rc;
+                if (attempt == 1)
+                        return PYWALK_TORN;
+                rc = code_recheck(w, pe);
+                if (rc < 0)
+                        return rc;
+        }
+}
+
+/* Load the data-stack chunk at addr whole (3.11+). Failures are not errors: frames read singly. */
+static int chunk_load(struct pywalk *w, uint64_t chunk, uint64_t *previous)
+{
+        const struct pylayout *L = &w->L;
+        uint64_t size;
+        *previous = 0;
+        int rc = fetch(w, chunk + (uint64_t)L->chunk_size, &size, 8);
+        if (rc < 0)
+                return fatal_read(rc) ? rc : 0;
+        if (size < (uint64_t)L->chunk_data + 8 || size > MAX_CHUNK_BYTES)
+                return 0;
+        rc = fetch_region(w, chunk, (size_t)size);
+        if (rc < 0)
+                return fatal_read(rc) ? rc : 0;
+        /* Inside the region just read: cannot fail. */
+        return fetch(w, chunk + (uint64_t)L->chunk_previous, previous, 8);
+}
+
+/*
+ * Walk one thread's frames into w->frames. Returns 0, PYWALK_TORN, or a
+ * negative errno that ends the sample.
+ */
+static int walk_frames(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uint32_t *depth)
+{
+        const struct pylayout *L = &w->L;
+        uint64_t addr = rd64(ts + L->ts_frame);
+        int rc;
+        *depth = 0;
+        if (L->cframe_current >= 0 && addr) {
+                rc = fetch(w, addr + (uint64_t)L->cframe_current, &addr, 8);
+                if (rc < 0)
+                        return fatal_read(rc) ? rc : PYWALK_TORN;
+        }
+        uint64_t older_chunk = 0;
+        unsigned chunks = 0;
+        if (L->ts_datastack_chunk >= 0) {
+                uint64_t chunk = rd64(ts + L->ts_datastack_chunk);
+                if (chunk && (rc = chunk_load(w, chunk, &older_chunk)) < 0)
+                        return rc;
+        }
+        vset_clear(&w->frames_seen);
+        uint64_t last = 0;
+        for (uint32_t steps = 0; addr; steps++) {
+                if (steps == MAX_STEPS || vset_seen(&w->frames_seen, addr))
+                        return PYWALK_TORN;
+                /* Deep stacks spill into older chunks: load them whole too. */
+                while (older_chunk && chunks < MAX_CHUNKS && !covered(w, addr, L->fr_read)) {
+                        uint64_t chunk = older_chunk;
+                        chunks++;
+                        if ((rc = chunk_load(w, chunk, &older_chunk)) < 0)
+                                return rc;
+                }
+                uint8_t fr[FRAME_BUF];
+                rc = fetch(w, addr, fr, L->fr_read);
+                if (rc < 0)
+                        return fatal_read(rc) ? rc : PYWALK_TORN;
+                last = addr;
+                uint64_t back = rd64(fr + L->fr_back);
+                uint64_t code = rd64(fr + L->fr_code) & L->fr_code_mask;
+                uint8_t owner = L->fr_owner >= 0 ? fr[L->fr_owner] : 0;
+                addr = back;
+                if (owner >= L->owner_skip_from || !code)
+                        continue; /* entry frame of a C call into the eval loop, or being cleared */
+                struct code_entry *e;
+                rc = code_get(w, code, &e);
+                if (rc == NOT_CODE && L->executable_any)
+                        continue;
+                if (rc != 0)
+                        return rc == NOT_CODE || !fatal_read(rc) ? PYWALK_TORN : rc;
+                int64_t off;
+                if ((rc = frame_offset(w, fr, code, &e, owner, &off)) < 0)
+                        return rc;
+                if (off == INT64_MIN || e->shim)
+                        continue; /* not started yet, or the __init__ shim */
+                if (*depth == PYWALK_MAX_DEPTH)
+                        return PYWALK_TORN;
+                w->frames[*depth].code = &e->pub;
+                w->frames[*depth].line = lt_map_lookup(&e->lines, off);
+                (*depth)++;
+        }
+        /* 3.15: every complete stack ends at the thread's base frame. */
+        if (L->ts_base_frame >= 0 && last && last != tstate + (uint64_t)L->ts_base_frame)
+                return PYWALK_TORN;
+        return 0;
+}
+
+/* ---- threads and interpreters ------------------------------------------------ */
+
+/* Bytes of a tstate to read: every field used, and the 3.15 base frame inside it. */
+static size_t tstate_read_len(const struct pylayout *L)
+{
+        int32_t offs[] = {L->ts_next,       L->ts_interp,          L->ts_frame, L->ts_thread_id,
+                          L->ts_native_tid, L->ts_datastack_chunk, L->ts_state};
+        size_t end = 0;
+        for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++)
+                if (offs[i] >= 0 && (size_t)offs[i] + 8 > end)
+                        end = (size_t)offs[i] + 8;
+        if (L->ts_base_frame >= 0 && (size_t)L->ts_base_frame + L->fr_read > end)
+                end = (size_t)L->ts_base_frame + L->fr_read;
+        return end;
+}
+
+/* Fetch an 8-byte field at base+off of a struct; clusters of fields share spans. */
+static int fetch_u64(struct pywalk *w, uint64_t base, int32_t off, uint64_t *v)
+{
+        return fetch(w, base + (uint64_t)off, v, 8);
+}
+
+struct gil_view {
+        bool known, no_gil;
+        uint64_t holder;
+};
+
+/* Who holds the GIL of `interp` (or the process, before 3.12). */
+static int gil_read(struct pywalk *w, uint64_t interp, struct gil_view *g)
+{
+        const struct pylayout *L = &w->L;
+        int rc = 0;
+        memset(g, 0, sizeof(*g));
+        if (L->gil == PYL_GIL_SYMBOL) {
+                if (!w->t.tstate_current_addr)
+                        return 0;
+                rc = fetch(w, w->t.tstate_current_addr, &g->holder, 8);
+        } else if (L->gil == PYL_GIL_RUNTIME) {
+                rc = fetch_u64(w, w->t.runtime_addr, L->rt_tstate_current, &g->holder);
+        } else {
+                uint64_t gil;
+                rc = fetch_u64(w, interp, L->is_ceval_gil, &gil);
+                if (rc < 0 || !gil)
+                        return fatal_read(rc) ? rc : 0;
+                int32_t lo = L->gil_holder, hi = L->gil_holder + 8;
+                if (L->gil_locked < lo)
+                        lo = L->gil_locked;
+                if (L->gil_locked + 4 > hi)
+                        hi = L->gil_locked + 4;
+                if (L->gil_enabled >= 0 && L->gil_enabled < lo)
+                        lo = L->gil_enabled;
+                if (L->gil_enabled >= 0 && L->gil_enabled + 4 > hi)
+                        hi = L->gil_enabled + 4;
+                uint8_t buf[512];
+                if (hi - lo > (int32_t)sizeof(buf) || lo < 0)
+                        return 0;
+                rc = fetch(w, gil + (uint64_t)lo, buf, (size_t)(hi - lo));
+                if (rc < 0)
+                        return fatal_read(rc) ? rc : 0;
+                if (L->gil_enabled >= 0 && rd32(buf + (L->gil_enabled - lo)) == 0) {
+                        g->no_gil = true;
+                        return 0;
+                }
+                bool locked = rd32(buf + (L->gil_locked - lo)) != 0;
+                g->holder = locked ? rd64(buf + (L->gil_holder - lo)) : 0;
+        }
+        if (rc < 0)
+                return fatal_read(rc) ? rc : 0;
+        g->known = true;
+        return 0;
+}
+
+static unsigned gil_flags(const struct pylayout *L, const struct gil_view *g, uint64_t tstate,
+                          const uint8_t *ts)
+{
+        if (g->no_gil) {
+                if (L->ts_state < 0)
+                        return PYWALK_NO_GIL | PYWALK_GIL_UNKNOWN;
+                return PYWALK_NO_GIL |
+                       (rd32(ts + L->ts_state) == THREAD_ATTACHED ? PYWALK_GIL_HELD : 0);
+        }
+        if (!g->known)
+                return PYWALK_GIL_UNKNOWN;
+        return g->holder == tstate ? PYWALK_GIL_HELD : 0;
+}
+
+/*
+ * Before 3.11 the kernel TID is only in glibc's struct pthread (pthread_t is
+ * its address). Find its offset once: search the struct of every known thread
+ * for the main thread's TID (the PID, or its namespace-local value); check a
+ * hit against the other threads, whose value there must be a plausible TID.
+ */
+static void tid_search(struct pywalk *w)
+{
+        if (w->tid_off >= 0 || w->L.ts_native_tid >= 0 || !w->n_tid_candidates ||
+            w->tid_tries >= TID_SEARCH_TRIES)
+                return;
+        w->tid_tries++;
+        for (size_t c = 0; c < w->n_tid_candidates; c++) {
+                uint64_t pt = w->tid_candidates[c];
+                for (uint32_t base = 0; base < TID_SCAN_BYTES; base += TID_SCAN_CHUNK) {
+                        uint8_t buf[TID_SCAN_CHUNK];
+                        if (memsrc_read(w->m, pt + base, buf, sizeof(buf)) < 0)
+                                break;
+                        for (uint32_t i = 0; i < TID_SCAN_CHUNK; i += 4) {
+                                int32_t v = rd32(buf + i);
+                                if (v <= 0 || (v != w->pids[0] && v != w->pids[1]))
+                                        continue;
+                                bool ok = true;
+                                for (size_t o = 0; o < w->n_tid_candidates && ok; o++) {
+                                        int32_t ov;
+                                        if (o == c)
+                                                continue;
+                                        if (memsrc_read(w->m, w->tid_candidates[o] + base + i, &ov,
+                                                        4) < 0 ||
+                                            ov <= 0 || ov > (1 << 22) || ov == v)
+                                                ok = false;
+                                }
+                                if (ok) {
+                                        w->tid_off = (int32_t)(base + i);
+                                        return;
+                                }
+                        }
+                }
+        }
+}
+
+static int64_t thread_tid(struct pywalk *w, const uint8_t *ts, uint64_t thread_id)
+{
+        const struct pylayout *L = &w->L;
+        if (L->ts_native_tid >= 0) {
+                int64_t v = (int64_t)rd64(ts + L->ts_native_tid);
+                return v > 0 ? v : -1;
+        }
+        int32_t v;
+        if (w->tid_off < 0 || !thread_id || fetch(w, thread_id + (uint64_t)w->tid_off, &v, 4) < 0)
+                return -1;
+        return v > 0 ? v : -1;
+}
+
+/* Walk the threads of one interpreter; *stop set when the callback asked to stop. */
+static int walk_interp(struct pywalk *w, uint64_t interp, int64_t index, pywalk_thread_fn fn,
+                       void *ctx, unsigned *nthreads, bool *stop)
+{
+        const struct pylayout *L = &w->L;
+        uint64_t head, id = (uint64_t)index;
+        int rc = fetch_u64(w, interp, L->is_threads_head, &head);
+        if (rc == 0 && L->is_id >= 0)
+                rc = fetch_u64(w, interp, L->is_id, &id);
+        if (rc < 0)
+                return fatal_read(rc) ? rc : 0;
+        struct gil_view g;
+        if ((rc = gil_read(w, interp, &g)) < 0)
+                return rc;
+        size_t ts_len = tstate_read_len(L);
+        uint8_t ts[1024];
+        for (uint64_t tstate = head; tstate && !*stop; (*nthreads)++) {
+                struct pywalk_thread th = {.tstate_addr = tstate,
+                                           .native_tid = -1,
+                                           .interp_id = (int64_t)id,
+                                           .gil = PYWALK_GIL_UNKNOWN};
+                bool last = false;
+                if (*nthreads >= PYWALK_MAX_THREADS || vset_seen(&w->threads_seen, tstate)) {
+                        th.status = PYWALK_TORN;
+                        last = true;
+                } else if ((rc = fetch(w, tstate, ts, ts_len)) < 0) {
+                        if (fatal_read(rc))
+                                return rc;
+                        th.status = PYWALK_TORN;
+                        last = true;
+                } else if (rd64(ts + L->ts_interp) != interp) {
+                        th.status = PYWALK_TORN; /* list changed under us */
+                        last = true;
+                } else {
+                        th.thread_id = rd64(ts + L->ts_thread_id);
+                        th.native_tid = thread_tid(w, ts, th.thread_id);
+                        th.gil = gil_flags(L, &g, tstate, ts);
+                        if (w->n_tid_candidates < TID_CANDIDATES && th.thread_id)
+                                w->tid_candidates[w->n_tid_candidates++] = th.thread_id;
+                        rc = walk_frames(w, tstate, ts, &th.depth);
+                        if (rc < 0 && rc != PYWALK_TORN)
+                                return rc;
+                        th.status = rc;
+                        th.frames = rc == 0 ? w->frames : NULL;
+                        if (rc != 0)
+                                th.depth = 0;
+                }
+                if (fn(ctx, &th))
+                        *stop = true;
+                if (last)
+                        break;
+                tstate = rd64(ts + L->ts_next);
+        }
+        return 0;
+}
+
+static int interp_head(struct pywalk *w, uint64_t *head)
+{
+        const struct pylayout *L = &w->L;
+        if (L->rt_interp_head >= 0)
+                return fetch_u64(w, w->t.runtime_addr, L->rt_interp_head, head);
+        return fetch(w, w->t.interp_head_addr, head, 8);
+}
+
+int pywalk_sample(struct pywalk *w, pywalk_thread_fn fn, void *ctx)
+{
+        w->sample_no++;
+        tid_search(w);
+        w->n_tid_candidates = 0;
+        snap_begin(w);
+        vset_clear(&w->threads_seen);
+        uint64_t interp, seen[MAX_INTERPS];
+        int rc = interp_head(w, &interp);
+        unsigned nthreads = 0;
+        bool stop = false;
+        for (int64_t i = 0; rc == 0 && interp && i < MAX_INTERPS && !stop; i++) {
+                for (int64_t k = 0; k < i; k++)
+                        if (seen[k] == interp)
+                                goto done; /* a cycle in the interpreter list */
+                seen[i] = interp;
+                rc = walk_interp(w, interp, i, fn, ctx, &nthreads, &stop);
+                if (rc == 0 && fetch_u64(w, interp, w->L.is_next, &interp) < 0)
+                        break;
+        }
+done:
+        snap_end(w);
+        return rc;
+}
+
+uint64_t pywalk_reads(const struct pywalk *w)
+{
+        return w->m->n_calls;
+}
+
+/* ---- open / close ------------------------------------------------------------- */
+
+static int open_status(int rc)
+{
+        return rc == -ESRCH   ? PYFIND_NO_PROCESS
+               : rc == -EPERM ? PYFIND_PERMISSION
+                              : PYFIND_NOT_READY;
+}
+
+int pywalk_open(const struct pyfind_target *t, struct memsrc *m, struct pywalk **out, char *err,
+                size_t errlen)
+{
+        struct pywalk *w = calloc(1, sizeof(*w));
+        if (!w) {
+                snprintf(err, errlen, "out of memory");
+                return PYFIND_UNSUPPORTED;
+        }
+        w->t = *t;
+        w->m = m;
+        w->tid_off = -1;
+        int rc = pylayout_for_target(t, m, &w->L, err, errlen);
+        const struct pylayout *L = &w->L;
+        if (rc == 0 &&
+            (L->fr_read > FRAME_BUF || L->co_read > CODE_BUF || tstate_read_len(L) > 1024)) {
+                snprintf(err, errlen, "Python %s: layout needs reads larger than the walker's",
+                         L->name);
+                rc = PYFIND_UNSUPPORTED;
+        }
+        if (rc == 0 && L->rt_interp_head >= 0 && !t->runtime_addr) {
+                snprintf(err, errlen, "Python %s: _PyRuntime was not found", L->name);
+                rc = PYFIND_UNSUPPORTED;
+        }
+        if (rc == 0 && L->rt_interp_head < 0 && !t->interp_head_addr) {
+                snprintf(err, errlen,
+                         "Python %s: interp_head was not found (a stripped binary without "
+                         "its .symtab?)",
+                         L->name);
+                rc = PYFIND_UNSUPPORTED;
+        }
+        uint64_t interp = 0, tstate = 0, back = 0;
+        if (rc == 0) {
+                int r = interp_head(w, &interp);
+                if (r == 0 && interp)
+                        r = fetch_u64(w, interp, L->is_threads_head, &tstate);
+                if (r == 0 && tstate)
+                        r = fetch_u64(w, tstate, L->ts_interp, &back);
+                if (r < 0) {
+                        snprintf(err, errlen, "cannot read the interpreter state: %s",
+                                 strerror(-r));
+                        rc = open_status(r);
+                } else if (!interp || !tstate) {
+                        snprintf(err, errlen, "Python %s is not initialised yet (no %s)", L->name,
+                                 interp ? "thread state" : "interpreter");
+                        rc = PYFIND_NOT_READY;
+                } else if (back != interp) {
+                        snprintf(err, errlen,
+                                 "Python %s: the first thread state does not point back to its "
+                                 "interpreter (%#llx != %#llx): wrong layout for this build?",
+                                 L->name, (unsigned long long)back, (unsigned long long)interp);
+                        rc = PYFIND_UNSUPPORTED;
+                }
+        }
+        if (rc == 0) {
+                w->frames = calloc(PYWALK_MAX_DEPTH, sizeof(*w->frames));
+                w->hash_cap = 1024;
+                w->hash = calloc(w->hash_cap, sizeof(*w->hash));
+                if (!w->frames || !w->hash || vset_init(&w->frames_seen, MAX_STEPS) < 0 ||
+                    vset_init(&w->threads_seen, PYWALK_MAX_THREADS) < 0) {
+                        snprintf(err, errlen, "out of memory");
+                        rc = PYFIND_UNSUPPORTED;
+                }
+        }
+        if (rc != 0) {
+                pywalk_close(w);
+                return rc;
+        }
+        w->pids[0] = t->pid;
+        pid_t ns = t->pid > 0 ? procfs_ns_tid(t->pid, t->pid) : -1;
+        w->pids[1] = ns > 0 ? ns : t->pid;
+        /* Learn the threads' pthread_t values (and the TID offset) before the first sample. */
+        if (L->ts_native_tid < 0) {
+                for (uint64_t ts = tstate; ts && w->n_tid_candidates < TID_CANDIDATES;) {
+                        uint64_t id, next;
+                        if (fetch_u64(w, ts, L->ts_thread_id, &id) < 0 ||
+                            fetch_u64(w, ts, L->ts_next, &next) < 0)
+                                break;
+                        if (id)
+                                w->tid_candidates[w->n_tid_candidates++] = id;
+                        ts = next == ts ? 0 : next;
+                }
+                tid_search(w);
+        }
+        *out = w;
+        return 0;
+}
+
+void pywalk_close(struct pywalk *w)
+{
+        if (!w)
+                return;
+        for (size_t i = 0; i < w->n_all; i++)
+                code_free(w->all[i]);
+        free(w->all);
+        free(w->hash);
+        free(w->frames);
+        free(w->frames_seen.slot);
+        free(w->threads_seen.slot);
+        free(w->snap.v);
+        free(w->snap.buf);
+        free(w->snap.next);
+        free(w);
+}
