@@ -12,7 +12,8 @@
  * script and tests read the graph from the DOM. Frames narrower than a tenth
  * of a pixel are left out, as flamegraph.pl does, to bound the file's size.
  * Colours are warm and come from a hash of the frame's package (its file's
- * directory), so one package keeps one colour from run to run.
+ * directory), shaded a little by the file, so one package keeps one colour
+ * from run to run and from trace to trace.
  */
 #include "flame.h"
 
@@ -161,9 +162,12 @@ static void frame_colour(const struct ex_label *l, bool root, char *buf, size_t 
                 snprintf(buf, len, "rgb(190,190,190)");
                 return;
         }
+        /* The package picks the colour; the file shades it a little, so that the
+         * modules of one package stay alike but neighbours can be told apart. */
         uint64_t h = pf_hash_bytes(l->file, package_len(l->file), 0x70666c616d65ULL);
+        uint64_t f = pf_hash_bytes(l->file, strlen(l->file), 0x66696c65ULL);
         unsigned r = 205 + (unsigned)(h % 51);
-        unsigned g = 40 + (unsigned)((h >> 16) % 180);
+        unsigned g = 40 + (unsigned)((h >> 16) % 160) + (unsigned)(f % 21);
         unsigned b = (unsigned)((h >> 32) % 56);
         snprintf(buf, len, "rgb(%u,%u,%u)", r, g, b);
 }
