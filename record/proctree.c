@@ -55,7 +55,7 @@ static int read_links(struct link **out, size_t *n_out)
         while ((de = readdir(d)) && n < PROCTREE_MAX) {
                 if (!isdigit((unsigned char)de->d_name[0]))
                         continue;
-                char path[64], buf[512];
+                char path[300], buf[512];
                 snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
                 int fd = open(path, O_RDONLY | O_CLOEXEC);
                 if (fd < 0)

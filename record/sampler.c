@@ -392,6 +392,9 @@ static int stack_id(struct sampler *s, const struct pywalk_thread *th, uint32_t 
 static int on_thread(void *ctx, const struct pywalk_thread *th)
 {
         struct sampler *s = ctx;
+        /* A thread state still being set up (no thread id yet) is not a thread yet. */
+        if (th->thread_id == 0 && th->depth == 0)
+                return 0;
         struct sthread *t = thread_lookup(s, th);
         if (!t)
                 return -ENOMEM;
@@ -409,9 +412,13 @@ static int on_thread(void *ctx, const struct pywalk_thread *th)
                                                  1);
                 return 0;
         }
-        /* In blocking mode the state was read before the threads were stopped. */
-        if (!s->blocking && t->stat_fd >= 0)
+        /* In blocking mode the stopper read the state before it stopped anything. */
+        if (s->blocking) {
+                int letter = t->host_tid > 0 ? stopper_thread_state(&s->stop, t->host_tid) : -1;
+                t->running = letter < 0 ? -1 : letter == 'R';
+        } else if (t->stat_fd >= 0) {
                 t->running = procfs_thread_running(t->stat_fd);
+        }
         unsigned state = 0;
         if (t->running != 0) /* unknown counts as running: never hide samples */
                 state |= TRACE_STATE_ON_CPU;
@@ -436,11 +443,6 @@ int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
         s->tick_ns = t_ns;
         s->st.ticks++;
         if (s->blocking) {
-                /* Read /proc states first: once stopped, every thread looks idle. */
-                for (size_t i = 0; i < s->n_threads; i++)
-                        if (s->threads[i].stat_fd >= 0)
-                                s->threads[i].running =
-                                        procfs_thread_running(s->threads[i].stat_fd);
                 int rc = stopper_stop(&s->stop, s->pid, err, errlen);
                 if (rc < 0)
                         return rc;

@@ -1,12 +1,16 @@
 /*
- * stopper.c - seize, stop and release every thread of a target for one
- * sample. See stopper.h for the contract. The lessons of the original
+ * stopper.c - seize, stop and release the running threads of a target for
+ * one sample. See stopper.h for the contract. The lessons of the original
  * pyflame apply: a failed read must never leave the target stopped, and a
  * signal sent to the target while we hold it must still reach it.
+ *
+ * Waiting for a thread to stop is event driven: ptrace stops of our tracees
+ * raise SIGCHLD, which is blocked while we wait and taken with sigtimedwait,
+ * so no time is lost polling and a thread that cannot stop (it may be in
+ * uninterruptible sleep) costs at most STOP_WAIT_NS before it is let go.
  */
 #include "stopper.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -16,12 +20,11 @@
 #include <sys/ptrace.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "procfs.h"
 
-/* Give up waiting for a thread to stop after this long (it may be in D state). */
-#define STOP_WAIT_NS 200000000LL
-#define MAX_THREADS  65536
+#define STOP_WAIT_NS 1000000000LL
 
 static long long mono_ns(void)
 {
@@ -30,28 +33,35 @@ static long long mono_ns(void)
         return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static int push_tid(struct stopper *s, pid_t tid)
+static struct stopper_thread *thread_get(struct stopper *s, pid_t tid)
 {
+        for (size_t i = 0; i < s->n; i++)
+                if (s->threads[i].tid == tid)
+                        return &s->threads[i];
         if (s->n == s->cap) {
                 size_t cap = s->cap ? s->cap * 2 : 16;
-                pid_t *p = realloc(s->tids, cap * sizeof(*p));
+                struct stopper_thread *p = realloc(s->threads, cap * sizeof(*p));
                 if (!p)
-                        return -ENOMEM;
-                s->tids = p;
+                        return NULL;
+                s->threads = p;
                 s->cap = cap;
         }
-        s->tids[s->n++] = tid;
-        return 0;
+        struct stopper_thread *t = &s->threads[s->n++];
+        *t = (struct stopper_thread){.tid = tid, .stat_fd = -1, .state = -1};
+        return t;
 }
 
 /*
- * Wait until `tid` reports its PTRACE_EVENT_STOP. A signal-delivery-stop on
- * the way is resumed with its signal, so the signal is delivered. Returns 0
- * when stopped, -ESRCH when the thread exited, -ETIMEDOUT.
+ * Wait until `tid` reports its PTRACE_EVENT_STOP, with SIGCHLD blocked by
+ * the caller. A signal-delivery-stop on the way is resumed with its signal,
+ * so the signal is delivered. Returns 0 when stopped, -ESRCH when the thread
+ * exited, -ETIMEDOUT.
  */
-static int wait_event_stop(pid_t tid)
+static int wait_event_stop(pid_t tid, long long deadline)
 {
-        long long deadline = mono_ns() + STOP_WAIT_NS;
+        sigset_t chld;
+        sigemptyset(&chld);
+        sigaddset(&chld, SIGCHLD);
         for (;;) {
                 int status;
                 pid_t r = waitpid(tid, &status, __WALL | WNOHANG);
@@ -61,116 +71,159 @@ static int wait_event_stop(pid_t tid)
                         return -ESRCH;
                 }
                 if (r == 0) {
-                        if (mono_ns() > deadline)
+                        long long left = deadline - mono_ns();
+                        if (left <= 0)
                                 return -ETIMEDOUT;
-                        struct timespec ts = {0, 20000};
-                        nanosleep(&ts, NULL);
+                        struct timespec ts = {left / 1000000000LL, left % 1000000000LL};
+                        sigtimedwait(&chld, NULL, &ts);
                         continue;
                 }
                 if (WIFEXITED(status) || WIFSIGNALED(status))
                         return -ESRCH;
                 if (!WIFSTOPPED(status))
                         continue;
-                int event = status >> 16;
-                int sig = WSTOPSIG(status);
-                if (event == PTRACE_EVENT_STOP)
+                if (status >> 16 == PTRACE_EVENT_STOP)
                         return 0; /* our interrupt, or a group-stop: held either way */
                 /* A signal-delivery-stop: pass the signal on and keep waiting. */
-                if (ptrace(PTRACE_CONT, tid, NULL, (void *)(long)sig) < 0 && errno == ESRCH)
+                if (ptrace(PTRACE_CONT, tid, NULL, (void *)(long)WSTOPSIG(status)) < 0 &&
+                    errno == ESRCH)
                         return -ESRCH;
         }
 }
 
-/* Detach one seized thread, making sure it is stopped first (detach needs it). */
+/* Detach a seized thread; if it is still running, stop it first (detach needs that). */
 static void release(pid_t tid, bool stopped)
 {
-        if (ptrace(PTRACE_DETACH, tid, NULL, NULL) == 0)
+        if (ptrace(PTRACE_DETACH, tid, NULL, NULL) == 0 || errno != ESRCH || stopped)
                 return;
-        if (errno != ESRCH || stopped)
-                return;
-        /* Still running while seized: stop it so it can be detached. */
         if (ptrace(PTRACE_INTERRUPT, tid, NULL, NULL) < 0)
-                return;
-        for (int tries = 0; tries < 50; tries++) {
-                if (wait_event_stop(tid) != -ETIMEDOUT)
-                        break;
-        }
-        ptrace(PTRACE_DETACH, tid, NULL, NULL);
+                return; /* gone, or not ours any more */
+        /* Bounded: a thread that never stops is released by the kernel when we exit. */
+        if (wait_event_stop(tid, mono_ns() + 10 * STOP_WAIT_NS) == 0)
+                ptrace(PTRACE_DETACH, tid, NULL, NULL);
+}
+
+static bool is_running(int state)
+{
+        return state == 'R' || state < 0; /* unknown: hold it, to be safe */
 }
 
 int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen)
 {
-        s->pid = pid;
-        s->n = 0;
+        if (s->pid != pid) {
+                stopper_free(s);
+                s->pid = pid;
+        }
+        s->generation++;
         pid_t *tids = NULL;
         int n = procfs_list_tids(pid, &tids);
         if (n < 0) {
-                snprintf(err, errlen, "cannot list threads of %d: %s", (int)pid, strerror(-n));
+                snprintf(err, errlen, "process %d has exited", (int)pid);
                 return n == -ENOENT ? -ESRCH : n;
         }
+        /* States first: once a thread is stopped it reads as 't'. */
+        for (int i = 0; i < n; i++) {
+                struct stopper_thread *t = thread_get(s, tids[i]);
+                if (!t) {
+                        free(tids);
+                        snprintf(err, errlen, "out of memory");
+                        return -ENOMEM;
+                }
+                t->seen = s->generation;
+                t->held = 0;
+                if (t->stat_fd < 0)
+                        t->stat_fd = procfs_thread_open(pid, t->tid);
+                t->state = t->stat_fd >= 0 ? procfs_thread_state(t->stat_fd) : -1;
+        }
+        free(tids);
+        /* Forget threads that exited. */
+        size_t kept = 0;
+        for (size_t i = 0; i < s->n; i++) {
+                if (s->threads[i].seen != s->generation) {
+                        if (s->threads[i].stat_fd >= 0)
+                                close(s->threads[i].stat_fd);
+                        continue;
+                }
+                s->threads[kept++] = s->threads[i];
+        }
+        s->n = kept;
+
+        sigset_t chld, old;
+        sigemptyset(&chld);
+        sigaddset(&chld, SIGCHLD);
+        sigprocmask(SIG_BLOCK, &chld, &old);
         int rc = 0;
-        for (int i = 0; i < n && i < MAX_THREADS; i++) {
-                pid_t tid = tids[i];
-                if (ptrace(PTRACE_SEIZE, tid, NULL, NULL) < 0) {
-                        if (errno == ESRCH)
-                                continue; /* exited meanwhile */
+        for (size_t i = 0; i < s->n; i++) {
+                struct stopper_thread *t = &s->threads[i];
+                if (!is_running(t->state))
+                        continue;
+                if (ptrace(PTRACE_SEIZE, t->tid, NULL, NULL) < 0) {
+                        /* Exited meanwhile, or exiting (EPERM once it has begun). */
+                        if (errno == ESRCH || (errno == EPERM && s->stops > 0))
+                                continue;
                         rc = -errno;
                         if (errno == EPERM)
                                 snprintf(err, errlen,
-                                         "cannot ptrace thread %d: permission denied (--blocking "
-                                         "needs root or CAP_SYS_PTRACE; check "
-                                         "kernel.yama.ptrace_scope; in Docker use --cap-add "
-                                         "SYS_PTRACE; or drop --blocking)",
-                                         (int)tid);
+                                         "cannot ptrace thread %d of process %d: permission "
+                                         "denied (--blocking needs root or CAP_SYS_PTRACE; "
+                                         "check kernel.yama.ptrace_scope; in Docker use "
+                                         "--cap-add SYS_PTRACE; or drop --blocking)",
+                                         (int)t->tid, (int)pid);
                         else
-                                snprintf(err, errlen, "cannot ptrace thread %d: %s", (int)tid,
+                                snprintf(err, errlen, "cannot ptrace thread %d: %s", (int)t->tid,
                                          strerror(errno));
                         break;
                 }
-                if (push_tid(s, tid) < 0) {
-                        ptrace(PTRACE_DETACH, tid, NULL, NULL);
-                        rc = -ENOMEM;
-                        snprintf(err, errlen, "out of memory");
-                        break;
-                }
-                if (ptrace(PTRACE_INTERRUPT, tid, NULL, NULL) < 0 && errno != ESRCH) {
+                t->held = 1;
+                if (ptrace(PTRACE_INTERRUPT, t->tid, NULL, NULL) < 0 && errno != ESRCH) {
                         rc = -errno;
-                        snprintf(err, errlen, "cannot interrupt thread %d: %s", (int)tid,
+                        snprintf(err, errlen, "cannot interrupt thread %d: %s", (int)t->tid,
                                  strerror(errno));
                         break;
                 }
         }
-        free(tids);
         if (rc < 0) {
-                /* Interrupts may be pending: release() copes with running threads. */
                 for (size_t i = 0; i < s->n; i++)
-                        release(s->tids[i], false);
-                s->n = 0;
+                        if (s->threads[i].held)
+                                release(s->threads[i].tid, false);
+                for (size_t i = 0; i < s->n; i++)
+                        s->threads[i].held = 0;
+                sigprocmask(SIG_SETMASK, &old, NULL);
                 return rc;
         }
-        size_t kept = 0;
+        long long deadline = mono_ns() + STOP_WAIT_NS;
         for (size_t i = 0; i < s->n; i++) {
-                int w = wait_event_stop(s->tids[i]);
-                if (w == 0)
-                        s->tids[kept++] = s->tids[i];
-                else if (w == -ETIMEDOUT)
-                        release(s->tids[i], false); /* can't hold it: let it go now */
-                /* -ESRCH: the thread is gone, nothing to release */
+                struct stopper_thread *t = &s->threads[i];
+                if (!t->held)
+                        continue;
+                int w = wait_event_stop(t->tid, deadline);
+                if (w == -ETIMEDOUT) {
+                        s->timeouts++;
+                        release(t->tid, false); /* cannot hold it: let it go now */
+                }
+                if (w < 0)
+                        t->held = 0;
         }
-        s->n = kept;
+        sigprocmask(SIG_SETMASK, &old, NULL);
         s->stops++;
-        if (kept == 0) {
-                snprintf(err, errlen, "process %d has exited", (int)pid);
-                return -ESRCH;
-        }
         return 0;
+}
+
+int stopper_thread_state(const struct stopper *s, pid_t tid)
+{
+        for (size_t i = 0; i < s->n; i++)
+                if (s->threads[i].tid == tid)
+                        return s->threads[i].state;
+        return -1;
 }
 
 void stopper_resume(struct stopper *s)
 {
-        for (size_t i = 0; i < s->n; i++)
-                release(s->tids[i], true);
-        s->n = 0;
+        for (size_t i = 0; i < s->n; i++) {
+                if (s->threads[i].held)
+                        release(s->threads[i].tid, true);
+                s->threads[i].held = 0;
+        }
 }
 
 void stopper_free(struct stopper *s)
@@ -178,7 +231,10 @@ void stopper_free(struct stopper *s)
         if (!s)
                 return;
         stopper_resume(s);
-        free(s->tids);
-        s->tids = NULL;
-        s->cap = 0;
+        for (size_t i = 0; i < s->n; i++)
+                if (s->threads[i].stat_fd >= 0)
+                        close(s->threads[i].stat_fd);
+        free(s->threads);
+        s->threads = NULL;
+        s->n = s->cap = 0;
 }

@@ -1,9 +1,13 @@
 /*
- * stopper.h - stop every thread of a process for the length of one sample
- * (--blocking), and always let them go again.
+ * stopper.h - hold the running threads of a process still for the length of
+ * one sample (--blocking), and always let them go again.
  *
- * Threads are seized with PTRACE_SEIZE and stopped with PTRACE_INTERRUPT
- * only while a sample is taken, then detached, so between samples the target
+ * Each sample, the stopper reads every thread's scheduler state, then seizes
+ * (PTRACE_SEIZE) and stops (PTRACE_INTERRUPT) the threads that are running or
+ * runnable. Threads asleep in the kernel are left alone: their Python stack
+ * cannot change until they wake, and interrupting them would wake them (the
+ * interrupted system call restarts), which would make idle threads look busy.
+ * Threads are detached right after the sample, so between samples the target
  * is not traced at all: its signals are delivered as usual, and if the
  * recorder dies the kernel releases whatever it held. A signal that arrives
  * while a thread is held is passed on to it, never swallowed.
@@ -14,24 +18,39 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+/* A thread of the target as seen at the last stopper_stop(). */
+struct stopper_thread {
+        pid_t tid;
+        int stat_fd;      /* /proc/PID/task/TID/stat, kept open across samples */
+        int state;        /* state letter read before stopping, or -1 */
+        int held;         /* 1 while seized and stopped */
+        unsigned seen;    /* generation, to drop threads that exited */
+};
+
 struct stopper {
         pid_t pid;
-        pid_t *tids;      /* threads currently seized */
+        struct stopper_thread *threads;
         size_t n, cap;
-        unsigned long long stops; /* statistics */
+        unsigned generation;
+        unsigned long long stops;   /* samples taken with threads held */
+        unsigned long long timeouts; /* threads that did not stop in time */
 };
 
 /*
- * Seize and stop every thread of `pid`. Returns 0 when all threads that
- * still exist are stopped; -ESRCH when the process is gone; -EPERM (message
- * says how to get permission) or another -errno, in which case nothing is
- * left seized.
+ * Read every thread's state, then seize and stop those running. Returns 0
+ * (possibly with no thread held, when all were asleep); -ESRCH when the
+ * process is gone; -EPERM (message says how to get permission) or another
+ * -errno, in which case nothing is left seized.
  */
 int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen);
 
-/* Detach every seized thread (delivering any signal caught meanwhile). */
+/* State letter of host thread `tid` read by the last stopper_stop(), or -1. */
+int stopper_thread_state(const struct stopper *s, pid_t tid);
+
+/* Detach every held thread (delivering any signal caught meanwhile). */
 void stopper_resume(struct stopper *s);
 
+/* Resume, close cached files, free. The struct may be reused after. */
 void stopper_free(struct stopper *s);
 
 #endif
