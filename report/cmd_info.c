@@ -120,6 +120,16 @@ static int info_text(struct trace_reader *r, const char *path, const struct info
                            (unsigned long long)s->errors[k]);
         out_printf(o, "%s\nstacks:     %u distinct\nframes:     %u distinct\n", errors ? ")" : "",
                    s->stacks, s->frames);
+        /* What sampling cost the recorder, when it said (pyflame-record does). */
+        const char *cpu = trace_reader_meta(r, "recorder_cpu_ns");
+        const char *reads = trace_reader_meta(r, "memory_reads");
+        const char *mode = trace_reader_meta(r, TRACE_META_MODE);
+        if (cpu && s->samples) {
+                out_printf(o, "recorder:   %.1f us CPU per sample", atof(cpu) / 1e3 / s->samples);
+                if (reads)
+                        out_printf(o, ", %.2f memory reads per sample", atof(reads) / s->samples);
+                out_printf(o, "%s%s%s\n", mode ? " (" : "", mode ? mode : "", mode ? ")" : "");
+        }
 
         static const struct table_column process_columns[] = {
             {"PID", "pid", TABLE_INT, 0},          {"PYTHON", "python", TABLE_TEXT, 0},
