@@ -421,6 +421,29 @@ static int type_flags(struct pywalk *w, uint64_t type, uint64_t *flags)
 
 /* ---- strings and bytes ---------------------------------------------------- */
 
+/* Bytes of a str or bytes object that hold every header field pystr_shape() reads. */
+static size_t object_head_len(const struct pylayout *L)
+{
+        int32_t ends[] = {L->ob_type + 8,      L->str_length + 8, L->str_state + 4, L->str_data + 8,
+                          L->str_compact_size, L->bytes_size + 8, L->bytes_sval};
+        int32_t m = 0;
+        for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++)
+                if (ends[i] > m)
+                        m = ends[i];
+        return (size_t)m < OBJ_PREFIX ? (size_t)m : OBJ_PREFIX;
+}
+
+/* Bytes enough to tell what a str or bytes object is (pystr_shape() asks for more if needed). */
+static size_t object_short_len(const struct pylayout *L)
+{
+        int32_t ends[] = {L->ob_type + 8, L->str_length + 8, L->str_state + 4, L->bytes_size + 8};
+        int32_t m = 0;
+        for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++)
+                if (ends[i] > m)
+                        m = ends[i];
+        return (size_t)m;
+}
+
 /*
  * Read the str (`want_str`) or bytes object at addr whose first `prelen`
  * bytes are already in `pre`. Returns 0 with a malloc'd buffer in *out
@@ -453,13 +476,22 @@ static int read_object(struct pywalk *w, uint64_t addr, bool want_str, const uin
         }
         struct pystr_shape sh;
         uint64_t max = want_str ? MAX_NAME_CHARS : MAX_LINETABLE;
-        if (pystr_shape(L, kind, pre, prelen, max, &sh) < 0)
+        int rc = pystr_shape(L, kind, pre, prelen, max, &sh);
+        uint8_t longer[OBJ_PREFIX];
+        size_t need = object_head_len(L);
+        if (rc == -ERANGE && need > prelen) {
+                /* A non-compact str keeps its data pointer further in. */
+                rc = memsrc_read(w->m, addr, longer, need);
+                if (rc < 0)
+                        return fatal_read(rc) ? rc : PYWALK_TORN;
+                rc = pystr_shape(L, kind, longer, need, max, &sh);
+        }
+        if (rc < 0)
                 return PYWALK_TORN;
         size_t nbytes = (size_t)sh.length * (sh.kind ? sh.kind : 1);
         uint8_t *data = malloc(nbytes + 1);
         if (!data)
                 return -ENOMEM;
-        int rc = 0;
         if (sh.data_off >= 0 && (uint64_t)sh.data_off + nbytes <= prelen)
                 memcpy(data, pre + sh.data_off, nbytes);
         else if (nbytes)
@@ -487,18 +519,6 @@ static int read_object(struct pywalk *w, uint64_t addr, bool want_str, const uin
         *out = text;
         *outlen = (size_t)n;
         return 0;
-}
-
-/* Bytes of a str or bytes object that hold every header field pystr_shape() reads. */
-static size_t object_head_len(const struct pylayout *L)
-{
-        int32_t ends[] = {L->ob_type + 8,      L->str_length + 8, L->str_state + 4, L->str_data + 8,
-                          L->str_compact_size, L->bytes_size + 8, L->bytes_sval};
-        int32_t m = 0;
-        for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++)
-                if (ends[i] > m)
-                        m = ends[i];
-        return (size_t)m < OBJ_PREFIX ? (size_t)m : OBJ_PREFIX;
 }
 
 /* ---- code objects ----------------------------------------------------------- */
@@ -559,7 +579,7 @@ static int code_build(struct pywalk *w, uint64_t addr, const struct code_head *h
         int rc = memsrc_readv(w->m, iov, n);
         if (fatal_read(rc))
                 return rc;
-        size_t head = object_head_len(L);
+        size_t head = object_short_len(L);
         for (int i = 0; i < 4; i++) {
                 if (!h->ptr[i])
                         continue;

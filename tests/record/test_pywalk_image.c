@@ -1,0 +1,833 @@
+/*
+ * test_pywalk_image.c - the real walker over synthetic target memory.
+ *
+ * For every layout (2.7, 3.6-3.12 from the tables, a Py_TRACE_REFS 3.7 debug
+ * build, and 3.13, 3.13t, 3.14, 3.14t, 3.15 through a _Py_DebugOffsets
+ * written by imgbuild.c) the same scenarios build an image with imgbuild and
+ * sample it through memsrc: names (non-ASCII in every string kind), files,
+ * qualified names, lines, entry/shim/incomplete frames that must be skipped,
+ * generator frames, thread ids and GIL flags, several interpreters, frames
+ * spread over several data-stack chunks, thread-local bytecode; the read
+ * budget of a warm sample; and torn memory (cycles, bad types, dangling
+ * pointers, crazy strings) that must give PYWALK_TORN, never bad frames.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "imgbuild.h"
+#include "pylayout.h"
+#include "pywalk.h"
+
+/* ---- versions ---- */
+
+struct ver {
+        const char *name;
+        int major, minor;
+        bool ft, debug;
+};
+
+static const struct ver versions[] = {
+    {"2.7", 2, 7, false, false},   {"3.6", 3, 6, false, false},   {"3.7", 3, 7, false, false},
+    {"3.7d", 3, 7, false, true},   {"3.8", 3, 8, false, false},   {"3.9", 3, 9, false, false},
+    {"3.10", 3, 10, false, false}, {"3.11", 3, 11, false, false}, {"3.12", 3, 12, false, false},
+    {"3.13", 3, 13, false, false}, {"3.13t", 3, 13, true, false}, {"3.14", 3, 14, false, false},
+    {"3.14t", 3, 14, true, false}, {"3.15", 3, 15, false, false},
+};
+
+static uint32_t version_hex(const struct ver *v)
+{
+        return (uint32_t)v->major << 24 | (uint32_t)v->minor << 16 | 2u << 8 | 0xf0u;
+}
+
+/*
+ * 3.13+ layouts written out from the reference doc (offsets.csv, section 6),
+ * independently of pylayout.c: imgbuild serialises them into
+ * _Py_DebugOffsets and the walker must read back exactly this.
+ */
+static void debug_layout(const struct ver *v, struct pylayout *L)
+{
+        bool t = v->ft;
+        int h = t ? 16 : 0; /* the free-threaded object header is 16 bytes longer */
+        memset(L, 0, sizeof(*L));
+        L->major = 3;
+        L->minor = (uint8_t)v->minor;
+        L->free_threaded = t;
+        L->frames = PYL_FRAMES_INTERP;
+        L->lasti = PYL_LASTI_POINTER;
+        L->linetable = LT_LOCATIONS_311;
+        L->strings = t && v->minor >= 14 ? PYL_STR_PEP393_BYTE0 : PYL_STR_PEP393;
+        L->gil = PYL_GIL_INTERP;
+        L->ob_type = 8 + h;
+        L->ob_size = 16 + h;
+        L->tp_flags = 168 + h;
+        L->rt_interp_head = v->minor == 13 ? 632 : 808;
+        L->rt_tstate_current = -1;
+        L->is_next = v->minor == 13 ? 7264 : 7272;
+        L->is_threads_head = 7344;
+        L->is_id = v->minor == 13 ? 7272 : 7280;
+        L->is_ceval_gil = 16;
+        L->gil_enabled = t ? 0 : -1;
+        L->gil_locked = 16 + (t ? 8 : 0);
+        L->gil_holder = 8 + (t ? 8 : 0);
+        L->ts_next = 8;
+        L->ts_interp = 16;
+        L->ts_frame = 72;
+        L->ts_thread_id = 152;
+        L->ts_native_tid = 160;
+        L->ts_datastack_chunk = 232;
+        L->ts_state = v->minor == 13 ? 40 : 44;
+        L->ts_base_frame = v->minor >= 15 ? 400 : -1;
+        L->cframe_current = -1;
+        L->fr_back = 8;
+        L->fr_code = 0;
+        L->fr_lasti = 56;
+        L->fr_owner = v->minor == 13 ? 70 : t ? 78 : 74;
+        L->fr_tlbc_index = t && v->minor >= 14 ? 72 : -1;
+        L->fr_code_mask = v->minor >= 14 ? ~3ull : ~0ull;
+        L->owner_generator = 1;
+        L->owner_skip_from = 3;
+        L->executable_any = true;
+        L->init_shim = true;
+        L->co_filename = 112 + h;
+        L->co_name = 120 + h;
+        L->co_qualname = 128 + h;
+        L->co_linetable = 136 + h;
+        L->co_firstlineno = 68 + h;
+        if (v->minor == 13) {
+                L->co_firsttraceable = 184 + h;
+                L->co_code_adaptive = 200 + h;
+        } else {
+                L->co_firsttraceable = v->minor == 14 ? (t ? 208 : 192) : -1;
+                L->co_code_adaptive = t ? 232 : 208;
+        }
+        L->co_tlbc = t && v->minor >= 14 ? 224 : -1;
+        L->str_length = 16 + h;
+        L->str_state = 32 + h;
+        L->str_ascii_size = 40 + h;
+        L->str_compact_size = 56 + h;
+        L->str_data = 56 + h;
+        L->bytes_size = 16 + h;
+        L->bytes_sval = 32 + h;
+        L->chunk_previous = 0;
+        L->chunk_size = 8;
+        L->chunk_data = 24;
+        /* Bytes per frame read, as the walker derives them (checked against pylayout). */
+        int32_t end = L->fr_lasti + 8;
+        if (L->fr_owner + 1 > end)
+                end = L->fr_owner + 1;
+        if (L->fr_tlbc_index + 4 > end)
+                end = L->fr_tlbc_index + 4;
+        L->fr_read = (uint32_t)(end + 7) & ~7u;
+}
+
+static void make_image(const struct ver *v, struct pyimg *p)
+{
+        struct pylayout L;
+        if (v->minor >= 13) {
+                debug_layout(v, &L);
+                /* co_read is derived; take the walker's own value for the builder's sizes. */
+                L.co_read = (uint32_t)(L.co_tlbc >= 0 ? L.co_tlbc + 8 : L.co_firsttraceable + 4);
+                if (L.co_firsttraceable < 0)
+                        L.co_read = (uint32_t)L.co_linetable + 8;
+                L.co_read = (L.co_read + 7) & ~7u;
+        } else {
+                const struct pylayout *T = pylayout_table(v->major, v->minor, 2, v->debug);
+                assert_non_null(T);
+                L = *T;
+        }
+        pyimg_init(p, &L, version_hex(v));
+        p->target.debug_build = v->debug;
+}
+
+/* ---- collecting a sample ---- */
+
+struct got_frame {
+        char name[64], qual[64], file[128];
+        int line, first;
+        uint32_t id;
+};
+
+struct got_thread {
+        uint64_t tstate, thread_id;
+        int64_t tid, interp;
+        unsigned gil;
+        int status;
+        uint32_t depth;
+        struct got_frame f[160];
+};
+
+struct got {
+        struct got_thread t[8];
+        int n;
+};
+
+static int collect(void *ctx, const struct pywalk_thread *th)
+{
+        struct got *g = ctx;
+        if (g->n == 8)
+                return 1;
+        struct got_thread *t = &g->t[g->n++];
+        memset(t, 0, sizeof(*t));
+        t->tstate = th->tstate_addr;
+        t->thread_id = th->thread_id;
+        t->tid = th->native_tid;
+        t->interp = th->interp_id;
+        t->gil = th->gil;
+        t->status = th->status;
+        t->depth = th->depth;
+        for (uint32_t i = 0; i < th->depth && i < 160; i++) {
+                const struct pywalk_code *c = th->frames[i].code;
+                snprintf(t->f[i].name, sizeof(t->f[i].name), "%s", c->name);
+                snprintf(t->f[i].qual, sizeof(t->f[i].qual), "%s", c->qualname ? c->qualname : "");
+                snprintf(t->f[i].file, sizeof(t->f[i].file), "%s", c->file);
+                t->f[i].line = th->frames[i].line;
+                t->f[i].first = c->first_line;
+                t->f[i].id = c->id;
+        }
+        return 0;
+}
+
+static struct pywalk *open_walk(struct pyimg *p)
+{
+        struct pywalk *w = NULL;
+        char err[256] = "";
+        int rc = pywalk_open(&p->target, &p->mem, &w, err, sizeof(err));
+        if (rc != 0)
+                print_message("pywalk_open: %d %s\n", rc, err);
+        assert_int_equal(rc, 0);
+        return w;
+}
+
+static void sample(struct pywalk *w, struct got *g)
+{
+        memset(g, 0, sizeof(*g));
+        assert_int_equal(pywalk_sample(w, collect, g), 0);
+}
+
+/* A code object whose unit k is on line first + 1 + k. */
+static uint64_t mkcode(struct pyimg *p, const char *name, const char *qual, const char *file,
+                       int first, int nunits, int firsttraceable)
+{
+        int lines[64];
+        for (int i = 0; i < nunits; i++)
+                lines[i] = first + 1 + i;
+        return pyimg_code(p, name, qual, file, first, lines, (size_t)nunits, firsttraceable);
+}
+
+static void expect_frame(const struct got_frame *f, const char *name, const char *qual,
+                         const char *file, int line)
+{
+        assert_string_equal(f->name, name);
+        if (qual)
+                assert_string_equal(f->qual, qual);
+        assert_string_equal(f->file, file);
+        assert_int_equal(f->line, line);
+}
+
+static bool has_qualname(const struct ver *v)
+{
+        return v->major == 3 && v->minor >= 11;
+}
+
+/* ---- scenarios ---- */
+
+static void check_layout_roundtrip(void **state)
+{
+        const struct ver *v = *state;
+        if (v->minor < 13)
+                skip();
+        struct pyimg p;
+        make_image(v, &p);
+        struct pylayout got, want;
+        char err[256] = "";
+        int rc = pylayout_for_target(&p.target, &p.mem, &got, err, sizeof(err));
+        if (rc)
+                print_message("%s\n", err);
+        assert_int_equal(rc, 0);
+        debug_layout(v, &want);
+        want.co_read = got.co_read;
+        assert_int_equal(got.fr_read, want.fr_read);
+        memcpy(want.name, got.name, sizeof(want.name));
+        want.from_debug_offsets = true;
+        want.py2_unicode_width = got.py2_unicode_width;
+        assert_memory_equal(&got, &want, sizeof(got));
+        pyimg_free(&p);
+}
+
+static void check_basic(void **state)
+{
+        const struct ver *v = *state;
+        struct pyimg p;
+        make_image(v, &p);
+        bool py2 = v->major == 2;
+        const char *file = "/app/main.py";
+        /* 2.x: a unicode file name; 3.x: UCS-4 (emoji) in a compact str. */
+        const char *ufile = "/app/ünï/🐍.py";
+        uint64_t ufile_obj = pyimg_str(&p, ufile, py2 ? PYIMG_STR_UNICODE2 : PYIMG_STR_AUTO);
+        uint64_t mod = mkcode(&p, "<module>", "<module>", file, 1, 20, 0);
+        uint64_t outer = mkcode(&p, "outer", "Outer.outer", file, 10, 20, 0);
+        uint64_t gen = mkcode(&p, "gen", "gen", file, 30, 20, 0);
+        int lines[20];
+        for (int i = 0; i < 20; i++)
+                lines[i] = 41 + i;
+        /* Latin-1 name, legacy (non-compact) qualname on 3.x, unicode file name. */
+        uint64_t cafe =
+            pyimg_code_objs(&p, pyimg_str(&p, "café", PYIMG_STR_AUTO),
+                            pyimg_str(&p, "K.café", py2 ? PYIMG_STR_AUTO : PYIMG_STR_LEGACY),
+                            ufile_obj, 40, lines, 20, 0);
+        uint64_t kanji = mkcode(&p, "関数", "関数", file, 50, 20, 0);
+        uint64_t leaf = mkcode(&p, "leaf", "Leaf.leaf", file, 60, 20, 3);
+        uint64_t shim = mkcode(&p, "__init__", "__init__", "__init__", 0, 4, 0);
+        uint64_t setup = mkcode(&p, "setup", "setup", file, 70, 20, 4);
+
+        int t0 = pyimg_add_thread(&p, p.interps[0], -1);
+        if (p.L.owner_skip_from != PYL_OWNER_NONE)
+                pyimg_push(&p, t0, PYIMG_FRAME_ENTRY, 0, 0);
+        pyimg_push(&p, t0, PYIMG_FRAME, mod, 3);   /* line 5 */
+        pyimg_push(&p, t0, PYIMG_FRAME, outer, 1); /* line 12 */
+        if (p.L.owner_skip_from != PYL_OWNER_NONE)
+                pyimg_push(&p, t0, PYIMG_FRAME_ENTRY, 0, 0); /* C called back into Python */
+        pyimg_push(&p, t0, PYIMG_FRAME_GEN, gen, 5);         /* line 36 */
+        pyimg_push(&p, t0, PYIMG_FRAME, cafe, 2);            /* line 43 */
+        pyimg_push(&p, t0, PYIMG_FRAME, kanji, 0);           /* line 51 */
+        if (p.L.init_shim)
+                pyimg_push(&p, t0, PYIMG_FRAME, shim, 0);
+        pyimg_push(&p, t0, PYIMG_FRAME, leaf, 7); /* line 68 */
+        if (p.L.co_firsttraceable >= 0)
+                pyimg_push(&p, t0, PYIMG_FRAME, setup, 1); /* before its RESUME: incomplete */
+
+        int t1 = pyimg_add_thread(&p, p.interps[0], 1001);
+        uint64_t work = mkcode(&p, "work", "Pool.work", file, 80, 20, 0);
+        /* <=3.10: f_lasti -1 (not started) reads as co_firstlineno. */
+        bool heap = p.L.frames == PYL_FRAMES_OBJECT;
+        pyimg_push(&p, t1, PYIMG_FRAME, mod, heap ? -1 : 0);
+        pyimg_push(&p, t1, PYIMG_FRAME, work, 9); /* line 90 */
+        int t2 = pyimg_add_thread(&p, p.interps[0], 1002);
+        pyimg_gil(&p, p.interps[0], p.th[t1].tstate, -1);
+
+        struct pywalk *w = open_walk(&p);
+        struct got g;
+        sample(w, &g);
+        assert_int_equal(g.n, 3);
+        /* Newest thread first, as CPython links them. */
+        struct got_thread *a = &g.t[2], *b = &g.t[1], *c = &g.t[0];
+        assert_int_equal(a->tstate, p.th[t0].tstate);
+        assert_int_equal(b->tstate, p.th[t1].tstate);
+        assert_int_equal(c->tstate, p.th[t2].tstate);
+        for (int i = 0; i < 3; i++) {
+                assert_int_equal(g.t[i].status, 0);
+                assert_int_equal(g.t[i].interp, 0);
+        }
+        assert_int_equal(a->thread_id, p.th[t0].pthread);
+        assert_int_equal(a->tid, PYIMG_PID);
+        assert_int_equal(b->tid, 1001);
+        assert_int_equal(c->tid, 1002);
+        assert_int_equal(a->gil, 0);
+        assert_int_equal(b->gil, PYWALK_GIL_HELD);
+        assert_int_equal(c->gil, 0);
+
+        bool q = has_qualname(v);
+        assert_int_equal(a->depth, 6);
+        expect_frame(&a->f[0], "leaf", q ? "Leaf.leaf" : "", file, 68);
+        expect_frame(&a->f[1], "関数", q ? "関数" : "", file, 51);
+        expect_frame(&a->f[2], "café", q ? "K.café" : "", ufile, 43);
+        expect_frame(&a->f[3], "gen", NULL, file, 36);
+        expect_frame(&a->f[4], "outer", q ? "Outer.outer" : "", file, 12);
+        expect_frame(&a->f[5], "<module>", NULL, file, 5);
+        assert_int_equal(a->f[0].first, 60);
+        assert_int_equal(b->depth, 2);
+        expect_frame(&b->f[0], "work", q ? "Pool.work" : "", file, 90);
+        expect_frame(&b->f[1], "<module>", NULL, file, heap ? 1 : 2);
+        assert_int_equal(c->depth, 0);
+        /* Dense ids, one per code object (9 at most were decoded), stable across samples. */
+        assert_int_equal(b->f[1].id, a->f[5].id);
+        for (int i = 0; i < 6; i++) {
+                assert_true(a->f[i].id >= 1 && a->f[i].id <= 9);
+                for (int j = 0; j < i; j++)
+                        assert_true(a->f[i].id != a->f[j].id);
+        }
+        uint32_t leaf_id = a->f[0].id;
+        sample(w, &g);
+        assert_int_equal(g.t[2].f[0].id, leaf_id);
+        assert_int_equal(g.t[2].depth, 6);
+        pywalk_close(w);
+        pyimg_free(&p);
+}
+
+/* A depth-30 stack: a warm sample must cost at most 4 reads (prefetch makes it 1). */
+static void check_read_budget(void **state)
+{
+        const struct ver *v = *state;
+        struct pyimg p;
+        make_image(v, &p);
+        uint64_t codes[30];
+        for (int i = 0; i < 30; i++) {
+                char name[16];
+                snprintf(name, sizeof(name), "f%d", i);
+                codes[i] = mkcode(&p, name, name, "/app/deep.py", 100 * i, 20, 0);
+        }
+        int t = pyimg_add_thread(&p, p.interps[0], -1);
+        if (p.L.owner_skip_from != PYL_OWNER_NONE)
+                pyimg_push(&p, t, PYIMG_FRAME_ENTRY, 0, 0);
+        for (int i = 0; i < 30; i++)
+                pyimg_push(&p, t, PYIMG_FRAME, codes[i], i % 20);
+        pyimg_gil(&p, p.interps[0], p.th[t].tstate, -1);
+        struct pywalk *w = open_walk(&p);
+        struct got g;
+        uint64_t r0 = pywalk_reads(w);
+        sample(w, &g);
+        uint64_t cold = pywalk_reads(w) - r0;
+        assert_int_equal(g.t[0].depth, 30);
+        assert_int_equal(g.t[0].f[0].line, 2900 + 1 + 29 % 20);
+        r0 = pywalk_reads(w);
+        sample(w, &g);
+        uint64_t warm = pywalk_reads(w) - r0;
+        print_message("%-6s depth 30: %2llu reads cold, %llu warm\n", v->name,
+                      (unsigned long long)cold, (unsigned long long)warm);
+        assert_int_equal(g.t[0].depth, 30);
+        assert_int_equal(g.t[0].gil, PYWALK_GIL_HELD);
+        assert_true(warm <= 4);
+        /* The stack changes shape (a new leaf): still correct, few reads. */
+        uint64_t extra = mkcode(&p, "extra", "extra", "/app/deep.py", 5000, 20, 0);
+        pyimg_push(&p, t, PYIMG_FRAME, extra, 3);
+        sample(w, &g);
+        assert_int_equal(g.t[0].depth, 31);
+        assert_string_equal(g.t[0].f[0].name, "extra");
+        assert_int_equal(g.t[0].f[0].line, 5004);
+        pywalk_close(w);
+        pyimg_free(&p);
+}
+
+/* Threads in two interpreters. */
+static void check_two_interps(void **state)
+{
+        const struct ver *v = *state;
+        struct pyimg p;
+        make_image(v, &p);
+        uint64_t code = mkcode(&p, "f", "f", "/a.py", 1, 10, 0);
+        int t0 = pyimg_add_thread(&p, p.interps[0], -1);
+        pyimg_push(&p, t0, PYIMG_FRAME, code, 1);
+        uint64_t sub = pyimg_add_interp(&p, 7);
+        int t1 = pyimg_add_thread(&p, sub, 555);
+        pyimg_push(&p, t1, PYIMG_FRAME, code, 2);
+        struct pywalk *w = open_walk(&p);
+        struct got g;
+        sample(w, &g);
+        assert_int_equal(g.n, 2);
+        assert_int_equal(g.t[0].interp, 0);
+        /* 2.7 and 3.6 have no interpreter ids: the position in the list stands in. */
+        assert_int_equal(g.t[1].interp, p.L.is_id >= 0 ? 7 : 1);
+        assert_int_equal(g.t[1].f[0].line, 4);
+        assert_int_equal(g.t[1].tid, 555);
+        pywalk_close(w);
+        pyimg_free(&p);
+}
+
+/* Frames spread over four data-stack chunks (3.11+). */
+static void check_chunks(void **state)
+{
+        const struct ver *v = *state;
+        if (v->major == 2 || v->minor < 11)
+                skip();
+        struct pyimg p;
+        make_image(v, &p);
+        p.chunk_bytes = 4096;
+        uint64_t code = mkcode(&p, "rec", "rec", "/r.py", 1, 50, 0);
+        int t = pyimg_add_thread(&p, p.interps[0], -1);
+        for (int i = 0; i < 100; i++)
+                pyimg_push(&p, t, PYIMG_FRAME, code, i % 50);
+        struct pywalk *w = open_walk(&p);
+        struct got g;
+        sample(w, &g);
+        assert_int_equal(g.t[0].status, 0);
+        assert_int_equal(g.t[0].depth, 100);
+        for (int i = 0; i < 100; i++)
+                assert_int_equal(g.t[0].f[i].line, 2 + (99 - i) % 50);
+        uint64_t r0 = pywalk_reads(w);
+        sample(w, &g);
+        assert_int_equal(g.t[0].depth, 100);
+        assert_true(pywalk_reads(w) - r0 <= 4);
+        pywalk_close(w);
+        pyimg_free(&p);
+}
+
+/* Thread-local bytecode (3.14t): the instruction offset is from the thread's copy. */
+static void check_tlbc(void **state)
+{
+        const struct ver *v = *state;
+        if (!v->ft || v->minor < 14)
+                skip();
+        struct pyimg p;
+        make_image(v, &p);
+        uint64_t code = mkcode(&p, "hot", "hot", "/t.py", 10, 20, 0);
+        pyimg_code_tlbc(&p, code, 3, 2);
+        int t = pyimg_add_thread(&p, p.interps[0], -1);
+        pyimg_push(&p, t, PYIMG_FRAME, code, 1);
+        pyimg_push_tlbc(&p, t, code, 5, 2);
+        struct pywalk *w = open_walk(&p);
+        struct got g;
+        sample(w, &g);
+        assert_int_equal(g.t[0].status, 0);
+        assert_int_equal(g.t[0].depth, 2);
+        assert_int_equal(g.t[0].f[0].line, 16);
+        assert_int_equal(g.t[0].f[1].line, 12);
+        pywalk_close(w);
+        pyimg_free(&p);
+}
+
+/* Free-threaded without a GIL: "held" means attached. */
+static void check_no_gil(void **state)
+{
+        const struct ver *v = *state;
+        if (!v->ft)
+                skip();
+        struct pyimg p;
+        make_image(v, &p);
+        int t0 = pyimg_add_thread(&p, p.interps[0], -1);
+        int t1 = pyimg_add_thread(&p, p.interps[0], 77);
+        pyimg_thread_state(&p, t0, 1);
+        pyimg_thread_state(&p, t1, 0);
+        pyimg_gil(&p, p.interps[0], 0, 0);
+        struct pywalk *w = open_walk(&p);
+        struct got g;
+        sample(w, &g);
+        assert_int_equal(g.t[1].gil, PYWALK_NO_GIL | PYWALK_GIL_HELD);
+        assert_int_equal(g.t[0].gil, PYWALK_NO_GIL);
+        /* The GIL re-enabled at run time (PYTHON_GIL=1): the holder counts. */
+        pyimg_gil(&p, p.interps[0], p.th[t1].tstate, 1);
+        sample(w, &g);
+        assert_int_equal(g.t[0].gil, PYWALK_GIL_HELD);
+        assert_int_equal(g.t[1].gil, 0);
+        pywalk_close(w);
+        pyimg_free(&p);
+}
+
+/* A code object freed and another built at the same address (3.11+: checked by instr ptr). */
+static void check_code_reuse(void **state)
+{
+        const struct ver *v = *state;
+        if (v->major == 2 || v->minor < 11)
+                skip();
+        struct pyimg p;
+        make_image(v, &p);
+        uint64_t code = mkcode(&p, "old", "old", "/o.py", 1, 4, 0);
+        int t = pyimg_add_thread(&p, p.interps[0], -1);
+        uint64_t f = pyimg_push(&p, t, PYIMG_FRAME, code, 2);
+        /* The replacement, built elsewhere first: 40 code units, unit k on line 21 + k. */
+        uint64_t fresh = mkcode(&p, "new", "new", "/n.py", 20, 40, 0);
+        struct pywalk *w = open_walk(&p);
+        struct got g;
+        sample(w, &g);
+        assert_string_equal(g.t[0].f[0].name, "old");
+        uint32_t old_id = g.t[0].f[0].id;
+        /* Copy its header over the old one; the frame now runs past the old bytecode's end. */
+        memcpy(img_at(p.img, code, p.L.co_read), img_at(p.img, fresh, p.L.co_read), p.L.co_read);
+        img_u64(p.img, f + (uint64_t)p.L.fr_lasti, code + (uint64_t)p.L.co_code_adaptive + 2 * 30);
+        sample(w, &g);
+        assert_int_equal(g.t[0].status, 0);
+        assert_string_equal(g.t[0].f[0].name, "new");
+        assert_int_equal(g.t[0].f[0].line, 51);
+        assert_true(g.t[0].f[0].id != old_id);
+        pywalk_close(w);
+        pyimg_free(&p);
+}
+
+/* ---- torn memory ---- */
+
+static int one_thread_status(struct pyimg *p, struct got *g)
+{
+        struct pywalk *w = open_walk(p);
+        sample(w, g);
+        pywalk_close(w);
+        assert_true(g->n >= 1);
+        if (g->t[0].status)
+                assert_int_equal(g->t[0].depth, 0);
+        return g->t[0].status;
+}
+
+static void check_torn_cycle(void **state)
+{
+        const struct ver *v = *state;
+        struct pyimg p;
+        make_image(v, &p);
+        uint64_t code = mkcode(&p, "f", "f", "/c.py", 1, 10, 0);
+        int t = pyimg_add_thread(&p, p.interps[0], -1);
+        uint64_t bottom = pyimg_push(&p, t, PYIMG_FRAME, code, 1);
+        pyimg_push(&p, t, PYIMG_FRAME, code, 2);
+        uint64_t top = pyimg_push(&p, t, PYIMG_FRAME, code, 3);
+        img_u64(p.img, bottom + (uint64_t)p.L.fr_back, top);
+        struct got g;
+        assert_int_equal(one_thread_status(&p, &g), PYWALK_TORN);
+        pyimg_free(&p);
+}
+
+static void check_torn_type(void **state)
+{
+        const struct ver *v = *state;
+        struct pyimg p;
+        make_image(v, &p);
+        uint64_t good = mkcode(&p, "good", "good", "/t.py", 1, 10, 0);
+        uint64_t bad = mkcode(&p, "bad", "bad", "/t.py", 1, 10, 0);
+        uint64_t bogus_type = img_alloc(p.img, 512);
+        img_u64(p.img, bad + (uint64_t)p.L.ob_type, bogus_type);
+        int t = pyimg_add_thread(&p, p.interps[0], -1);
+        pyimg_push(&p, t, PYIMG_FRAME, good, 1);
+        pyimg_push(&p, t, PYIMG_FRAME, bad, 1);
+        struct got g;
+        int st = one_thread_status(&p, &g);
+        if (p.L.executable_any) {
+                /* 3.13+: f_executable may be any object; such frames are not Python code. */
+                assert_int_equal(st, 0);
+                assert_int_equal(g.t[0].depth, 1);
+                assert_string_equal(g.t[0].f[0].name, "good");
+        } else {
+                assert_int_equal(st, PYWALK_TORN);
+        }
+        pyimg_free(&p);
+}
+
+static void check_torn_strings(void **state)
+{
+        const struct ver *v = *state;
+        enum pyimg_strform forms[] = {PYIMG_STR_HUGE, PYIMG_STR_BAD_KIND};
+        for (int k = 0; k < 2; k++) {
+                if (v->major == 2 && forms[k] == PYIMG_STR_BAD_KIND)
+                        continue;
+                struct pyimg p;
+                make_image(v, &p);
+                uint64_t bad_name = pyimg_str(&p, "x", forms[k]);
+                int lines[4] = {2, 3, 4, 5};
+                uint64_t code = pyimg_code_objs(
+                    &p, bad_name, bad_name, pyimg_str(&p, "/s.py", PYIMG_STR_AUTO), 1, lines, 4, 0);
+                int t = pyimg_add_thread(&p, p.interps[0], -1);
+                pyimg_push(&p, t, PYIMG_FRAME, code, 1);
+                struct got g;
+                assert_int_equal(one_thread_status(&p, &g), PYWALK_TORN);
+                pyimg_free(&p);
+        }
+        /* A name whose type is not str at all. */
+        struct pyimg p;
+        make_image(v, &p);
+        uint64_t not_str = pyimg_bytes(&p, "abc", 3);
+        if (v->major == 2) /* 2.x names are str (bytes): use an object of another type */
+                img_u64(p.img, not_str + (uint64_t)p.L.ob_type, p.code_type);
+        int lines[4] = {2, 3, 4, 5};
+        uint64_t code = pyimg_code_objs(&p, not_str, not_str,
+                                        pyimg_str(&p, "/s.py", PYIMG_STR_AUTO), 1, lines, 4, 0);
+        int t = pyimg_add_thread(&p, p.interps[0], -1);
+        pyimg_push(&p, t, PYIMG_FRAME, code, 1);
+        struct got g;
+        assert_int_equal(one_thread_status(&p, &g), PYWALK_TORN);
+        pyimg_free(&p);
+}
+
+/* A pointer out of the chunk that does not read; the chunk itself gone. */
+static void check_torn_dangling(void **state)
+{
+        const struct ver *v = *state;
+        struct pyimg p;
+        make_image(v, &p);
+        uint64_t code = mkcode(&p, "f", "f", "/d.py", 1, 10, 0);
+        int t = pyimg_add_thread(&p, p.interps[0], -1);
+        pyimg_push(&p, t, PYIMG_FRAME, code, 1);
+        uint64_t top = pyimg_push(&p, t, PYIMG_FRAME, code, 2);
+        img_u64(p.img, top + (uint64_t)p.L.fr_back, 0xdead0000ull);
+        struct got g;
+        assert_int_equal(one_thread_status(&p, &g), PYWALK_TORN);
+        pyimg_free(&p);
+
+        if (p.L.frames != PYL_FRAMES_INTERP)
+                return;
+        make_image(v, &p);
+        code = mkcode(&p, "f", "f", "/d.py", 1, 10, 0);
+        t = pyimg_add_thread(&p, p.interps[0], -1);
+        pyimg_push(&p, t, PYIMG_FRAME, code, 1);
+        pyimg_push(&p, t, PYIMG_FRAME, code, 2);
+        struct pywalk *w = open_walk(&p);
+        sample(w, &g);
+        assert_int_equal(g.t[0].depth, 2);
+        /* The chunk is freed under us (truncated): prefetch fails, frames do not read. */
+        img_drop(p.img, p.th[t].chunk);
+        pyimg_sync(&p);
+        sample(w, &g);
+        assert_int_equal(g.t[0].status, PYWALK_TORN);
+        assert_int_equal(g.t[0].depth, 0);
+        pywalk_close(w);
+        pyimg_free(&p);
+}
+
+/* 3.15: a chain that does not end at the thread's base frame is incomplete. */
+static void check_torn_base_frame(void **state)
+{
+        const struct ver *v = *state;
+        if (v->minor < 15)
+                skip();
+        struct pyimg p;
+        make_image(v, &p);
+        uint64_t code = mkcode(&p, "f", "f", "/b.py", 1, 10, 0);
+        int t = pyimg_add_thread(&p, p.interps[0], -1);
+        uint64_t first = pyimg_push(&p, t, PYIMG_FRAME, code, 1);
+        pyimg_push(&p, t, PYIMG_FRAME, code, 2);
+        struct got g;
+        assert_int_equal(one_thread_status(&p, &g), 0);
+        assert_int_equal(g.t[0].depth, 2);
+        img_u64(p.img, first + (uint64_t)p.L.fr_back, 0);
+        assert_int_equal(one_thread_status(&p, &g), PYWALK_TORN);
+        pyimg_free(&p);
+}
+
+/* Thread lists that loop or point into another interpreter: bounded, torn. */
+static void check_torn_threads(void **state)
+{
+        const struct ver *v = *state;
+        struct pyimg p;
+        make_image(v, &p);
+        int t0 = pyimg_add_thread(&p, p.interps[0], -1);
+        int t1 = pyimg_add_thread(&p, p.interps[0], 9);
+        img_u64(p.img, p.th[t0].tstate + (uint64_t)p.L.ts_next, p.th[t1].tstate);
+        struct pywalk *w = open_walk(&p);
+        struct got g;
+        sample(w, &g);
+        assert_int_equal(g.n, 3);
+        assert_int_equal(g.t[0].status, 0);
+        assert_int_equal(g.t[1].status, 0);
+        assert_int_equal(g.t[2].status, PYWALK_TORN);
+        /* The second thread now claims another interpreter. */
+        img_u64(p.img, p.th[t0].tstate + (uint64_t)p.L.ts_next, 0);
+        img_u64(p.img, p.th[t0].tstate + (uint64_t)p.L.ts_interp, 0x1234000);
+        sample(w, &g);
+        assert_int_equal(g.n, 2);
+        assert_int_equal(g.t[1].status, PYWALK_TORN);
+        pywalk_close(w);
+        pyimg_free(&p);
+}
+
+/* ---- opening ---- */
+
+static int try_open(struct pyimg *p, char *err, size_t errlen)
+{
+        struct pywalk *w = NULL;
+        int rc = pywalk_open(&p->target, &p->mem, &w, err, errlen);
+        pywalk_close(w);
+        return rc;
+}
+
+static void check_open(void **state)
+{
+        const struct ver *v = *state;
+        char err[256];
+        struct pyimg p;
+        make_image(v, &p);
+        /* No thread yet: the interpreter is still starting. */
+        assert_int_equal(try_open(&p, err, sizeof(err)), PYFIND_NOT_READY);
+        int t = pyimg_add_thread(&p, p.interps[0], -1);
+        assert_int_equal(try_open(&p, err, sizeof(err)), 0);
+        /* A thread state that does not point back: the layout is wrong for this build. */
+        img_u64(p.img, p.th[t].tstate + (uint64_t)p.L.ts_interp, 0x1000);
+        assert_int_equal(try_open(&p, err, sizeof(err)), PYFIND_UNSUPPORTED);
+        img_u64(p.img, p.th[t].tstate + (uint64_t)p.L.ts_interp, p.interps[0]);
+        /* No interpreter at all. */
+        uint64_t head = p.runtime ? p.runtime + (uint64_t)p.L.rt_interp_head : p.interp_head_var;
+        img_u64(p.img, head, 0);
+        assert_int_equal(try_open(&p, err, sizeof(err)), PYFIND_NOT_READY);
+        img_u64(p.img, head, p.interps[0]);
+        if (v->minor >= 13 && v->major == 3) {
+                uint8_t *d = img_at(p.img, p.runtime, 64);
+                d[0] = 'X';
+                assert_int_equal(try_open(&p, err, sizeof(err)), PYFIND_NOT_READY);
+                d[0] = 'x';
+                p.target.version_hex += 1u << 16;
+                assert_int_equal(try_open(&p, err, sizeof(err)), PYFIND_UNSUPPORTED);
+                p.target.version_hex -= 1u << 16;
+                p.target.free_threaded = !p.target.free_threaded;
+                assert_int_equal(try_open(&p, err, sizeof(err)), PYFIND_UNSUPPORTED);
+                p.target.free_threaded = !p.target.free_threaded;
+                uint64_t saved;
+                memcpy(&saved, d + 24, 8); /* runtime_state.size */
+                uint64_t huge = 1ull << 40;
+                memcpy(d + 24, &huge, 8);
+                assert_int_equal(try_open(&p, err, sizeof(err)), PYFIND_UNSUPPORTED);
+                memcpy(d + 24, &saved, 8);
+                assert_int_equal(try_open(&p, err, sizeof(err)), 0);
+        }
+        /* The process went away (nothing readable). */
+        img_drop(p.img, p.interps[0]);
+        pyimg_sync(&p);
+        assert_true(try_open(&p, err, sizeof(err)) < 0);
+        pyimg_free(&p);
+}
+
+static void check_unsupported(void **state)
+{
+        (void)state;
+        struct pyfind_target t = {.version_hex = 0x030500f0, .version_exact = true};
+        struct memsrc m;
+        memsrc_init_image(&m, NULL, 0);
+        struct pywalk *w = NULL;
+        char err[256];
+        assert_int_equal(pywalk_open(&t, &m, &w, err, sizeof(err)), PYFIND_UNSUPPORTED);
+        t.version_hex = 0x031000f0;
+        assert_int_equal(pywalk_open(&t, &m, &w, err, sizeof(err)), PYFIND_UNSUPPORTED);
+        assert_null(pylayout_table(3, 13, 0, false));
+        assert_non_null(pylayout_table(2, 7, 18, false));
+        /* 3.7.0-3.7.3 moved gilstate.tstate_current. */
+        assert_int_equal(pylayout_table(3, 7, 3, false)->rt_tstate_current, 1392);
+        assert_int_equal(pylayout_table(3, 7, 16, false)->rt_tstate_current, 1480);
+        /* Py_TRACE_REFS shifts object fields only. */
+        const struct pylayout *d = pylayout_table(3, 6, 15, true);
+        assert_int_equal(d->co_name, 104 + 16);
+        assert_int_equal(d->ts_frame, 24);
+}
+
+/* ---- registration ---- */
+
+struct scenario {
+        const char *name;
+        CMUnitTestFunction fn;
+};
+
+static const struct scenario scenarios[] = {
+    {"layout", check_layout_roundtrip},
+    {"basic", check_basic},
+    {"reads", check_read_budget},
+    {"interps", check_two_interps},
+    {"chunks", check_chunks},
+    {"tlbc", check_tlbc},
+    {"nogil", check_no_gil},
+    {"code-reuse", check_code_reuse},
+    {"torn-cycle", check_torn_cycle},
+    {"torn-type", check_torn_type},
+    {"torn-str", check_torn_strings},
+    {"torn-dangling", check_torn_dangling},
+    {"torn-base", check_torn_base_frame},
+    {"torn-threads", check_torn_threads},
+    {"open", check_open},
+};
+
+#define N_VERSIONS  (sizeof(versions) / sizeof(versions[0]))
+#define N_SCENARIOS (sizeof(scenarios) / sizeof(scenarios[0]))
+
+int main(void)
+{
+        static struct CMUnitTest tests[N_VERSIONS * N_SCENARIOS + 1];
+        static char names[N_VERSIONS * N_SCENARIOS][48];
+        size_t n = 0;
+        tests[n++] = (struct CMUnitTest)cmocka_unit_test(check_unsupported);
+        for (size_t s = 0; s < N_SCENARIOS; s++) {
+                for (size_t v = 0; v < N_VERSIONS; v++) {
+                        char *name = names[s * N_VERSIONS + v];
+                        snprintf(name, 48, "%s %s", scenarios[s].name, versions[v].name);
+                        tests[n++] = (struct CMUnitTest){.name = name,
+                                                         .test_func = scenarios[s].fn,
+                                                         .initial_state = (void *)&versions[v]};
+                }
+        }
+        return _cmocka_run_group_tests("pywalk_image", tests, n, NULL, NULL);
+}
