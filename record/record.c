@@ -231,9 +231,14 @@ static int exit_for_pyfind(int rc)
 static void on_signal(int sig, siginfo_t *si, void *uc)
 {
         (void)uc;
-        /* A terminal's Ctrl-C reaches the whole process group (SI_KERNEL): the
-         * program got it too. Anything sent to us alone is passed on. */
-        if (si && si->si_code == SI_KERNEL && sig == SIGINT)
+        /*
+         * Spawn mode. SIGINT is a group signal by nature (Ctrl-C signals the
+         * whole foreground process group, and so does `kill -INT -PGID`), so
+         * the program has it already: passing it on would deliver it twice.
+         * SIGTERM and SIGHUP sent to us by a process (a supervisor, timeout)
+         * are passed on; a terminal's hangup (SI_KERNEL) reached it directly.
+         */
+        if (sig == SIGINT || (si && si->si_code == SI_KERNEL))
                 forward_signal = 0;
         else
                 forward_signal = sig;

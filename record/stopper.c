@@ -54,23 +54,26 @@ static struct stopper_thread *thread_get(struct stopper *s, pid_t tid)
 /*
  * Wait until `tid` reports its PTRACE_EVENT_STOP, with SIGCHLD blocked by
  * the caller. A signal-delivery-stop on the way is resumed with its signal,
- * so the signal is delivered. Returns 0 when stopped, -ESRCH when the thread
- * exited, -ETIMEDOUT.
+ * so the signal is delivered. Events are peeked first (WNOWAIT) so that the
+ * exit of the thread-group leader is left to its parent: in spawn mode that
+ * is us, and the program's exit status must reach the code that reaps it.
+ * Returns 0 when stopped, -ESRCH when the thread exited, -ETIMEDOUT.
  */
-static int wait_event_stop(pid_t tid, long long deadline)
+static int wait_event_stop(pid_t tid, bool leader, long long deadline)
 {
         sigset_t chld;
         sigemptyset(&chld);
         sigaddset(&chld, SIGCHLD);
         for (;;) {
-                int status;
-                pid_t r = waitpid(tid, &status, __WALL | WNOHANG);
-                if (r < 0) {
+                siginfo_t si;
+                memset(&si, 0, sizeof(si));
+                if (waitid(P_PID, (id_t)tid, &si,
+                           WEXITED | WSTOPPED | WNOHANG | WNOWAIT | __WALL) < 0) {
                         if (errno == EINTR)
                                 continue;
                         return -ESRCH;
                 }
-                if (r == 0) {
+                if (si.si_pid == 0) {
                         long long left = deadline - mono_ns();
                         if (left <= 0)
                                 return -ETIMEDOUT;
@@ -78,6 +81,13 @@ static int wait_event_stop(pid_t tid, long long deadline)
                         sigtimedwait(&chld, NULL, &ts);
                         continue;
                 }
+                bool exited = si.si_code == CLD_EXITED || si.si_code == CLD_KILLED ||
+                              si.si_code == CLD_DUMPED;
+                if (exited && leader)
+                        return -ESRCH;
+                int status;
+                if (waitpid(tid, &status, __WALL | WNOHANG) <= 0 || exited)
+                        continue; /* consumed a thread's exit: the loop reports it */
                 if (WIFEXITED(status) || WIFSIGNALED(status))
                         return -ESRCH;
                 if (!WIFSTOPPED(status))
@@ -92,14 +102,14 @@ static int wait_event_stop(pid_t tid, long long deadline)
 }
 
 /* Detach a seized thread; if it is still running, stop it first (detach needs that). */
-static void release(pid_t tid, bool stopped)
+static void release(pid_t tid, bool leader, bool stopped)
 {
         if (ptrace(PTRACE_DETACH, tid, NULL, NULL) == 0 || errno != ESRCH || stopped)
                 return;
         if (ptrace(PTRACE_INTERRUPT, tid, NULL, NULL) < 0)
                 return; /* gone, or not ours any more */
         /* Bounded: a thread that never stops is released by the kernel when we exit. */
-        if (wait_event_stop(tid, mono_ns() + 10 * STOP_WAIT_NS) == 0)
+        if (wait_event_stop(tid, leader, mono_ns() + 10 * STOP_WAIT_NS) == 0)
                 ptrace(PTRACE_DETACH, tid, NULL, NULL);
 }
 
@@ -185,7 +195,7 @@ int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen)
         if (rc < 0) {
                 for (size_t i = 0; i < s->n; i++)
                         if (s->threads[i].held)
-                                release(s->threads[i].tid, false);
+                                release(s->threads[i].tid, s->threads[i].tid == pid, false);
                 for (size_t i = 0; i < s->n; i++)
                         s->threads[i].held = 0;
                 sigprocmask(SIG_SETMASK, &old, NULL);
@@ -196,10 +206,10 @@ int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen)
                 struct stopper_thread *t = &s->threads[i];
                 if (!t->held)
                         continue;
-                int w = wait_event_stop(t->tid, deadline);
+                int w = wait_event_stop(t->tid, t->tid == pid, deadline);
                 if (w == -ETIMEDOUT) {
                         s->timeouts++;
-                        release(t->tid, false); /* cannot hold it: let it go now */
+                        release(t->tid, t->tid == pid, false); /* cannot hold it: let it go */
                 }
                 if (w < 0)
                         t->held = 0;
@@ -221,7 +231,7 @@ void stopper_resume(struct stopper *s)
 {
         for (size_t i = 0; i < s->n; i++) {
                 if (s->threads[i].held)
-                        release(s->threads[i].tid, true);
+                        release(s->threads[i].tid, s->threads[i].tid == s->pid, true);
                 s->threads[i].held = 0;
         }
 }

@@ -183,7 +183,7 @@ def test_threads(r, label, py, mode):
         elif "sleeper" in funcs:
             n_all = sum(c for _, c in everything)
             n_busy = sum(c for _, c in busy)
-            sleeper_ok = n_all >= 50 and n_busy <= 0.1 * n_all
+            sleeper_ok = n_all >= 50 and n_busy <= 0.2 * n_all
             r.check("%s %s threads: sleeping thread is idle" % (label, mode), sleeper_ok,
                     "on-cpu %d of %d" % (n_busy, n_all))
         elif len(mine) > 1:
@@ -376,7 +376,7 @@ def test_container(r, label, py, mode):
                 workers |= funcs & {"worker_one", "worker_two", "worker_three"}
             if "sleeper" in funcs and t["tid"] in tids:
                 n_all = sum(c for _, c in everything)
-                sleeper_idle = n_all >= 50 and busy <= 0.1 * n_all
+                sleeper_idle = n_all >= 50 and busy <= 0.2 * n_all
         r.check("%s container: threads carry host tids and their own functions" % label,
                 len(workers) == 3, "workers=%s" % sorted(workers))
         r.check("%s container: sleeping thread idle (NSpid mapping)" % label, sleeper_idle)
@@ -390,12 +390,64 @@ def test_container(r, label, py, mode):
                 pass
 
 
+def test_signals(r, label, py, mode):
+    """Every way of stopping the recorder leaves a readable trace; Ctrl-C in
+    spawn mode reaches the program, whose exit status the recorder returns."""
+    for sig, name in ((signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM"),
+                      (signal.SIGKILL, "SIGKILL")):
+        db = r.out("sig-%s-%s-%s" % (name, label, mode))
+        target = subprocess.Popen([py, os.path.join(WORK, "longrun.py")], stdout=subprocess.PIPE,
+                                  universal_newlines=True)
+        try:
+            target.stdout.readline()
+            rec = subprocess.Popen([r.record, "-q", "-f", "-o", db, "-p", str(target.pid)]
+                                   + mode_flags(mode), stderr=subprocess.PIPE,
+                                   universal_newlines=True)
+            time.sleep(1.5)
+            rec.send_signal(sig)
+            _, err = rec.communicate(timeout=30)
+            inf = r.info(db)
+            if sig == signal.SIGKILL:
+                r.check("%s %s kill -9: trace readable, samples up to the last second"
+                        % (label, mode), inf["samples"] >= 20 and not inf["finalized"],
+                        "samples=%d finalized=%s" % (inf["samples"], inf["finalized"]))
+            else:
+                r.check("%s %s %s: recorder exits 0 with a finalized trace" % (label, mode, name),
+                        rec.returncode == 0 and inf["finalized"] and inf["samples"] >= 50,
+                        "rc=%d finalized=%s samples=%d %s" % (rec.returncode, inf["finalized"],
+                                                            inf["samples"], err))
+            r.check("%s %s %s: target still running and untraced" % (label, mode, name),
+                    target.poll() is None and proc_status(target.pid).get("TracerPid") == "0")
+        finally:
+            target.kill()
+            target.wait()
+    # Ctrl-C in a terminal signals the whole foreground process group.
+    script = os.path.join(WORK, "hot.py")
+    direct = subprocess.Popen([py, script, "30"], start_new_session=True,
+                              stderr=subprocess.DEVNULL)
+    time.sleep(1.0)
+    os.killpg(direct.pid, signal.SIGINT)
+    direct_rc = direct.wait(timeout=30)
+    direct_rc = 128 - direct_rc if direct_rc < 0 else direct_rc
+    db = r.out("ctrlc-%s-%s" % (label, mode))
+    rec = subprocess.Popen([r.record, "-q", "-f", "-o", db] + mode_flags(mode)
+                           + ["--", py, script, "30"], start_new_session=True,
+                           stderr=subprocess.PIPE, universal_newlines=True)
+    time.sleep(1.5)
+    os.killpg(rec.pid, signal.SIGINT)
+    _, err = rec.communicate(timeout=30)
+    inf = r.info(db)
+    r.check("%s %s spawn Ctrl-C: exit status %d as without pyflame, trace finalized"
+            % (label, mode, direct_rc), rec.returncode == direct_rc and inf["finalized"],
+            "rc=%d finalized=%s %s" % (rec.returncode, inf["finalized"], err[-300:]))
+
+
 def mode_flags(mode):
     return ["--blocking"] if mode == "blocking" else []
 
 
 TESTS = [test_hot, test_ratio, test_threads, test_generators, test_exit_status, test_attach,
-         test_subprocesses, test_container]
+         test_subprocesses, test_container, test_signals]
 
 
 def main():
