@@ -43,6 +43,10 @@ struct ch_state {
         int status;
 };
 
+/*
+ * One slice. Kept small (no "cat", no "args": the name already says file and
+ * line), as a long recording whose stacks change often makes many of them.
+ */
 static void ch_event(struct ch_state *c, const struct ch_thread *t, uint32_t node, int64_t from,
                      int64_t to)
 {
@@ -50,18 +54,10 @@ static void ch_event(struct ch_state *c, const struct ch_thread *t, uint32_t nod
         const struct ex_label *l = &c->m->labels[c->m->nodes[node].label];
         ex_puts(o, c->events++ ? ",\n{\"ph\":\"X\",\"name\":" : "\n{\"ph\":\"X\",\"name\":");
         ex_json_str(o, l->text);
-        ex_printf(o, ",\"cat\":\"python\",\"pid\":%" PRId32 ",\"tid\":%" PRId64 ",\"ts\":", t->pid,
-                  t->tid);
+        ex_printf(o, ",\"pid\":%" PRId32 ",\"tid\":%" PRId64 ",\"ts\":", t->pid, t->tid);
         ex_us(o, from);
         ex_puts(o, ",\"dur\":");
         ex_us(o, to - from);
-        if (*l->file && l->kind != TRACE_FRAME_SPECIAL) {
-                ex_puts(o, ",\"args\":{\"file\":");
-                ex_json_str(o, l->file);
-                if (l->line >= 0)
-                        ex_printf(o, ",\"line\":%d", (int)l->line);
-                ex_puts(o, "}");
-        }
         ex_puts(o, "}");
 }
 

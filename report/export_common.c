@@ -657,8 +657,9 @@ void ex_model_describe(const struct ex_model *m, char *buf, size_t len)
         char rate[32] = "rate unknown";
         if (m->summary.rate_hz > 0)
                 snprintf(rate, sizeof(rate), "%g Hz", m->summary.rate_hz);
-        snprintf(buf, len, "%" PRIu64 " samples, %.3f s, %s, %u thread%s, %u process%s", m->total,
-                 secs < 0 ? 0.0 : secs, rate, m->summary.threads,
+        /* Thread and process counts are the recording's: the selection may hold fewer. */
+        snprintf(buf, len, "%" PRIu64 " samples, %.3f s, %s (recording: %u thread%s, %u process%s)",
+                 m->total, secs < 0 ? 0.0 : secs, rate, m->summary.threads,
                  m->summary.threads == 1 ? "" : "s", m->summary.processes,
                  m->summary.processes == 1 ? "" : "es");
 }

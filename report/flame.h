@@ -165,8 +165,8 @@ int ex_fail(struct ex_model *m, int status, const char *fmt, ...)
 int ex_fail_read(struct ex_model *m, int status);
 
 /*
- * A short description of the selection for titles: "1234 samples, 12.5 s,
- * 100 Hz, 3 threads". Into buf (NUL-terminated).
+ * A short description of the selection for titles: "1234 samples, 12.500 s,
+ * 100 Hz (recording: 3 threads, 1 process)". Into buf (NUL-terminated).
  */
 void ex_model_describe(const struct ex_model *m, char *buf, size_t len);
 

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <sqlite3.h>
 #include <zlib.h>
 
 #include "fixtures.h"
@@ -470,6 +471,50 @@ static void test_every_format_every_fixture(void **state)
         }
 }
 
+/* A trace whose sample data is damaged after open's checks: every format fails, with a message. */
+static void test_damaged_samples(void **state)
+{
+        struct env *e = *state;
+        char path[4200];
+        snprintf(path, sizeof(path), "%s/damaged.pyflame", e->dir);
+        FILE *in = fopen(e->basic.path, "rb"), *out = fopen(path, "wb");
+        assert_non_null(in);
+        assert_non_null(out);
+        char buf[8192];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+                assert_int_equal(fwrite(buf, 1, n, out), n);
+        fclose(in);
+        assert_int_equal(fclose(out), 0);
+        sqlite3 *db = NULL;
+        assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+        /* A varint that never ends, in the last chunk. */
+        assert_int_equal(sqlite3_exec(db,
+                                      "UPDATE sample_chunks SET data = x'ffffffff' "
+                                      "WHERE id = (SELECT max(id) FROM sample_chunks)",
+                                      NULL, NULL, NULL),
+                         SQLITE_OK);
+        sqlite3_close(db);
+        for (size_t i = 0; i < sizeof(formats) / sizeof(formats[0]); i++) {
+                struct trace_reader *r = NULL;
+                /* Open checks the tables it loads; sample chunks are read later. */
+                int rc = trace_reader_open(path, &r);
+                if (rc < 0)
+                        fail_msg("open refused the damaged trace: %s", trace_reader_errmsg(r));
+                char *data = NULL;
+                size_t len = 0;
+                FILE *mem = open_memstream(&data, &len);
+                char err[256] = "";
+                rc = export_write(r, NULL, formats[i], NULL, mem, err, sizeof(err));
+                fclose(mem);
+                free(data);
+                trace_reader_close(r);
+                if (rc >= 0)
+                        fail_msg("%s exported a damaged trace", formats[i]);
+                assert_non_null(strstr(err, "cannot read the trace"));
+        }
+}
+
 static void check_pprof(const struct fx_trace *t, const struct trace_filter *f)
 {
         struct blob b = {0};
@@ -866,6 +911,7 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_unknown_format),
             cmocka_unit_test(test_write_error),
             cmocka_unit_test(test_every_format_every_fixture),
+            cmocka_unit_test(test_damaged_samples),
             cmocka_unit_test(test_pprof_basic),
             cmocka_unit_test(test_pprof_filtered),
             cmocka_unit_test(test_pprof_deep_and_empty),
