@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian 12 machine (run as root): install,
-# check formatting, build with warnings fatal, run unit, golden and
+# check formatting, build with warnings fatal, run unit, golden, consumer
+# (go tool pprof, speedscope and Chromium reading our outputs) and
 # end-to-end tests, then run the unit and golden tests again, and the
 # end-to-end tests on one interpreter, under AddressSanitizer and UBSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
+# The real consumers of our outputs: go tool pprof, speedscope and Chromium.
+bash tests/export/setup-consumers.sh
 
 echo "== clang-format"
 files=$(git ls-files '*.c' '*.h' 2>/dev/null || find . -name '*.[ch]' -not -path './build*')
@@ -18,6 +21,9 @@ ninja -C build-ci
 
 echo "== unit and golden tests"
 meson test -C build-ci --suite unit --suite golden --print-errorlogs
+
+echo "== real consumers (go tool pprof, speedscope, Chromium)"
+meson test -C build-ci --suite consumers --print-errorlogs
 
 echo "== end-to-end tests"
 meson test -C build-ci --suite e2e --print-errorlogs --verbose

@@ -127,8 +127,8 @@ def test_hot(r, label, py, mode):
     total = sum(c for _, c in stacks)
     in_hot = sum(c for fr, c in stacks if has_func(fr, "hot_loop"))
     r.check("%s %s hot: enough samples" % (label, mode), total >= 150, "total=%d" % total)
-    r.check("%s %s hot: hot_loop in >= 90%% of samples" % (label, mode),
-            total and in_hot >= 0.9 * total, "%d/%d" % (in_hot, total))
+    r.check("%s %s hot: hot_loop in >= 80%% of samples" % (label, mode),
+            total and in_hot >= 0.8 * total, "%d/%d" % (in_hot, total))
     leaf = {}
     for fr, c in stacks:
         key = (os.path.basename(fr[-1][1]), fr[-1][2])
