@@ -51,8 +51,9 @@ static const struct col_info {
     [C315] = {3, 15, false, "3.15"}, [C315T] = {3, 15, true, "3.15t"},
 };
 
-#define X (-1)      /* no such field in this version */
-#define D (-100000) /* from _Py_DebugOffsets */
+#define X  (-1)      /* no such field in this version */
+#define D  (-100000) /* from _Py_DebugOffsets */
+#define D8 (-100008) /* the previous row's value + 8: a field that follows it */
 
 /* Short names for the kind cells of `rows`. */
 #define FO  PYL_FRAMES_OBJECT
@@ -115,6 +116,8 @@ static const struct row {
     {F(ts_thread_id, T_I32), 0, {144, 152, 176, 176, 176, 176, 152, 136, D, D, D, D, D, D}},
     {F(ts_native_tid, T_I32), 0, {X, X, X, X, X, X, 160, 144, D, D, D, D, D, D}},
     {F(ts_datastack_chunk, T_I32), 0, {X, X, X, X, X, X, 296, 232, D, D, D, D, D, D}},
+    /* datastack_top follows datastack_chunk [H 3.11-3.13, U 3.14+]; only a read-size hint */
+    {F(ts_datastack_top, T_I32), 0, {X, X, X, X, X, X, 304, 240, D8, D8, D8, D8, D8, D8}},
     {F(ts_state, T_I32), 0, {X, X, X, X, X, X, X, X, 40, 40, 44, 44, 44, 44}},
     {F(ts_base_frame, T_I32), 0, {X, X, X, X, X, X, X, X, X, X, X, X, D, D}},
     {F(cframe_current, T_I32), 0, {X, X, X, X, X, X, 8, 0, X, X, X, X, X, X}},
@@ -139,6 +142,7 @@ static const struct row {
     {F(co_firsttraceable, T_I32), OBJ, {X, X, X, X, X, X, 168, 176, 184, 200, 192, 208, X, X}},
     {F(co_code_adaptive, T_I32), OBJ, {X, X, X, X, X, X, 184, 192, D, D, D, D, D, D}},
     {F(co_tlbc, T_I32), OBJ, {X, X, X, X, X, X, X, X, X, X, X, D, X, D}},
+    {F(co_code, T_I32), OBJ, {32, 40, 40, 48, 48, 48, X, X, X, X, X, X, X, X}},
     /* str (2.7: PyUnicodeObject {length@16, str@24}) */
     {F(str_length, T_I32), OBJ, {16, 16, 16, 16, 16, 16, 16, 16, D, D, D, D, 16, 32}},
     {F(str_state, T_I32), OBJ, {X, 32, 32, 32, 32, 32, 32, 32, D, D, D, D, 32, 48}},
@@ -317,6 +321,7 @@ static void derive_read_sizes(struct pylayout *L)
         c = span_end(L->co_firstlineno, 4, c);
         c = span_end(L->co_firsttraceable, 4, c);
         c = span_end(L->co_tlbc, 8, c);
+        c = span_end(L->co_code, 8, c);
         L->co_read = (c + 7) & ~7u;
 }
 
@@ -330,7 +335,7 @@ static void fill_column(struct pylayout *L, enum col c, int obj_shift)
         L->free_threaded = cols[c].free_threaded;
         for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
                 int64_t v = rows[i].v[c];
-                if (v == D)
+                if (v == D || v == D8)
                         v = X;
                 else if ((rows[i].flags & OBJ) && v >= 0)
                         v += obj_shift;
@@ -481,6 +486,12 @@ int pylayout_from_debug_offsets(const uint8_t *dbg, size_t len, uint32_t version
         /* gil_runtime_state_enabled is relative to the gil struct; 0 is valid in FT builds. */
         if (!free_threaded)
                 L.gil_enabled = X;
+        /* D8 cells: 8 bytes after the field of the row above, once that one is known. */
+        for (size_t k = 1; k < sizeof(rows) / sizeof(rows[0]); k++) {
+                int32_t prev = field_i32(&L, rows[k - 1].off);
+                if (rows[k].v[c] == D8 && prev >= 0)
+                        set_field(&L, rows[k].off, T_I32, (int64_t)prev + 8);
+        }
         /* Every D cell must have been filled: a table bug otherwise. */
         for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++) {
                 if (rows[k].v[c] != D || rows[k].type != T_I32)

@@ -80,7 +80,7 @@ struct pylayout {
 
         /* PyThreadState */
         int32_t ts_next, ts_interp, ts_frame, ts_thread_id, ts_native_tid;
-        int32_t ts_datastack_chunk, ts_state, ts_base_frame;
+        int32_t ts_datastack_chunk, ts_datastack_top, ts_state, ts_base_frame;
         int32_t cframe_current; /* _PyCFrame.current_frame when ts_frame is a cframe (3.11/3.12) */
 
         /* PyFrameObject (<=3.10) or _PyInterpreterFrame (3.11+) */
@@ -95,6 +95,7 @@ struct pylayout {
         /* PyCodeObject */
         int32_t co_filename, co_name, co_qualname, co_linetable, co_firstlineno;
         int32_t co_firsttraceable, co_code_adaptive, co_tlbc;
+        int32_t co_code;  /* the bytecode's bytes object (<=3.10), for its length */
         uint32_t co_read; /* bytes to read per code object: covers every field above */
 
         /* str: PEP 393, or the 2.x PyUnicodeObject (length, str pointer) */

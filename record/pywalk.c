@@ -38,6 +38,7 @@
 #define MAX_LINETABLE    (1u << 20)
 #define MAX_CHUNK_BYTES  (8u << 20) /* a data-stack chunk (16 KiB unless a frame is huge) */
 #define MAX_CHUNKS       64         /* older chunks followed per thread */
+#define CHUNK_SLACK      1024       /* read past a chunk's top, for a stack that grows */
 #define MAX_CODE_UNITS   (1u << 24)
 #define MAX_TLBC         4096
 #define FRAME_BUF        512 /* >= any fr_read */
@@ -93,9 +94,11 @@ struct snap {
         uint8_t *buf;
         size_t len, cap_buf;
         size_t hint;
-        /* What to read at the start of the next sample. */
+        /* What to read at the start of the next sample, and the batch for it. */
         struct span *next;
-        size_t n_next;
+        size_t n_next, cap_next;
+        struct memsrc_iov *iov;
+        size_t cap_iov;
 };
 
 static int snap_reserve(struct snap *s, size_t extra)
@@ -146,9 +149,9 @@ static struct span *snap_find(struct snap *s, uint64_t addr, size_t len)
 struct code_entry {
         struct pywalk_code pub;
         uint64_t addr;
-        uint64_t name_p, qualname_p, file_p, table_p; /* identity, to recognise a reload */
-        int32_t firsttraceable;                       /* code units, -1 when unknown */
-        uint64_t nunits;                              /* code units of bytecode, 0 when unknown */
+        uint64_t ptr[5];        /* name, qualname, file, table, co_code: its identity */
+        int32_t firsttraceable; /* code units, -1 when unknown */
+        uint64_t code_bytes;    /* length of the bytecode, 0 when unknown */
         struct lt_map lines;
         bool shim; /* the 3.13+ _Py_InitCleanup "__init__" shim */
         uint64_t *tlbc;
@@ -262,38 +265,41 @@ static void snap_begin(struct pywalk *w)
                 s->v = v;
                 s->cap = s->n_next;
         }
+        if (s->cap_iov < s->n_next) {
+                struct memsrc_iov *iov = realloc(s->iov, s->n_next * sizeof(*iov));
+                if (!iov)
+                        return;
+                s->iov = iov;
+                s->cap_iov = s->n_next;
+        }
         if (snap_reserve(s, total) < 0)
-                return;
-        struct memsrc_iov *iov = malloc(s->n_next * sizeof(*iov));
-        if (!iov)
                 return;
         size_t off = 0;
         for (size_t i = 0; i < s->n_next; i++) {
                 s->v[i] = (struct span){.addr = s->next[i].addr, .len = s->next[i].len, .off = off};
-                iov[i] = (struct memsrc_iov){
+                s->iov[i] = (struct memsrc_iov){
                     .addr = s->next[i].addr, .buf = s->buf + off, .len = s->next[i].len};
                 off += s->next[i].len;
         }
-        if (memsrc_readv(w->m, iov, s->n_next) == 0) {
+        if (memsrc_readv(w->m, s->iov, s->n_next) == 0) {
                 s->n = s->n_next;
                 s->len = total;
         }
-        free(iov);
 }
 
 /* End a sample: the spans it used are next sample's batch. */
 static void snap_end(struct pywalk *w)
 {
         struct snap *s = &w->snap;
-        size_t n = 0, bytes = 0;
-        for (size_t i = 0; i < s->n; i++)
-                if (s->v[i].used)
-                        n++;
-        free(s->next);
-        s->next = n ? malloc(n * sizeof(*s->next)) : NULL;
+        size_t bytes = 0;
         s->n_next = 0;
-        if (!s->next)
-                return;
+        if (s->cap_next < s->n) {
+                struct span *v = realloc(s->next, s->n * sizeof(*v));
+                if (!v)
+                        return;
+                s->next = v;
+                s->cap_next = s->n;
+        }
         for (size_t i = 0; i < s->n && s->n_next < PREFETCH_SPANS; i++) {
                 if (!s->v[i].used || bytes + s->v[i].len > PREFETCH_BYTES)
                         continue;
@@ -521,16 +527,34 @@ static int read_object(struct pywalk *w, uint64_t addr, bool want_str, const uin
         return 0;
 }
 
+/* Length of the bytes object whose first bytes are `pre` (the <=3.10 co_code). */
+static int bytes_length(struct pywalk *w, const uint8_t *pre, size_t prelen, uint64_t *len)
+{
+        const struct pylayout *L = &w->L;
+        uint64_t flags;
+        struct pystr_shape sh;
+        if ((size_t)L->ob_type + 8 > prelen)
+                return PYWALK_TORN;
+        int rc = type_flags(w, rd64(pre + L->ob_type), &flags);
+        if (rc < 0)
+                return fatal_read(rc) ? rc : PYWALK_TORN;
+        if (!(flags & TPFLAGS_BYTES) ||
+            pystr_shape(L, PYSTR_BYTES, pre, prelen, MAX_CODE_UNITS, &sh) < 0 || !sh.length)
+                return PYWALK_TORN;
+        *len = sh.length;
+        return 0;
+}
+
 /* ---- code objects ----------------------------------------------------------- */
 
 /* The fields of a code object that identify it, as read from its header. */
 struct code_head {
-        uint64_t ptr[4]; /* name, qualname, file, table */
+        uint64_t ptr[5]; /* name, qualname, file, table, co_code (<=3.10) */
         int32_t first_line, firsttraceable;
-        uint64_t nunits;
+        uint64_t code_bytes; /* 3.11+: from ob_size; <=3.10: from co_code, in code_build() */
 };
 
-enum { P_NAME, P_QUALNAME, P_FILE, P_TABLE };
+enum { P_NAME, P_QUALNAME, P_FILE, P_TABLE, P_CODE, N_PTRS };
 
 /* Read the code object header; NOT_CODE when its type is not PyCode_Type. */
 static int code_read_head(struct pywalk *w, uint64_t addr, struct code_head *h)
@@ -548,17 +572,19 @@ static int code_read_head(struct pywalk *w, uint64_t addr, struct code_head *h)
         h->ptr[P_QUALNAME] = L->co_qualname >= 0 ? rd64(co + L->co_qualname) : 0;
         h->ptr[P_FILE] = rd64(co + L->co_filename);
         h->ptr[P_TABLE] = rd64(co + L->co_linetable);
+        h->ptr[P_CODE] = L->co_code >= 0 ? rd64(co + L->co_code) : 0;
         h->first_line = rd32(co + L->co_firstlineno);
         h->firsttraceable = L->co_firsttraceable >= 0 ? rd32(co + L->co_firsttraceable) : -1;
         if (L->co_code_adaptive >= 0) {
                 int64_t n = (int64_t)rd64(co + L->ob_size);
                 if (n <= 0 || n > MAX_CODE_UNITS)
                         return PYWALK_TORN;
-                h->nunits = (uint64_t)n;
-                if (h->firsttraceable < 0 || (uint64_t)h->firsttraceable > h->nunits)
+                h->code_bytes = 2 * (uint64_t)n;
+                if (h->firsttraceable < 0 || (uint64_t)h->firsttraceable > (uint64_t)n)
                         h->firsttraceable = -1;
         }
-        if (!h->ptr[P_NAME] || !h->ptr[P_FILE] || !h->ptr[P_TABLE])
+        if (!h->ptr[P_NAME] || !h->ptr[P_FILE] || !h->ptr[P_TABLE] ||
+            (L->co_code >= 0 && !h->ptr[P_CODE]))
                 return PYWALK_TORN;
         return 0;
 }
@@ -568,19 +594,19 @@ static int code_build(struct pywalk *w, uint64_t addr, const struct code_head *h
                       struct code_entry **out)
 {
         const struct pylayout *L = &w->L;
-        /* One batched read of the four objects' first bytes; singly when that fails. */
-        uint8_t pre[4][OBJ_PREFIX];
-        size_t prelen[4] = {0};
-        struct memsrc_iov iov[4];
+        /* One batched read of the objects' first bytes; singly when that fails. */
+        uint8_t pre[N_PTRS][OBJ_PREFIX];
+        size_t prelen[N_PTRS] = {0};
+        struct memsrc_iov iov[N_PTRS];
         size_t n = 0;
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < N_PTRS; i++)
                 if (h->ptr[i])
                         iov[n++] = (struct memsrc_iov){h->ptr[i], pre[i], OBJ_PREFIX};
         int rc = memsrc_readv(w->m, iov, n);
         if (fatal_read(rc))
                 return rc;
         size_t head = object_short_len(L);
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < N_PTRS; i++) {
                 if (!h->ptr[i])
                         continue;
                 if (rc == 0) {
@@ -592,6 +618,9 @@ static int code_build(struct pywalk *w, uint64_t addr, const struct code_head *h
                         return fatal_read(r) ? r : PYWALK_TORN;
                 prelen[i] = head;
         }
+        uint64_t code_bytes = h->code_bytes;
+        if (h->ptr[P_CODE] && (rc = bytes_length(w, pre[P_CODE], prelen[P_CODE], &code_bytes)) < 0)
+                return rc;
         struct code_entry *e = calloc(1, sizeof(*e));
         if (!e)
                 return -ENOMEM;
@@ -615,12 +644,9 @@ static int code_build(struct pywalk *w, uint64_t addr, const struct code_head *h
         e->pub.file = text[P_FILE];
         e->pub.first_line = h->first_line;
         e->addr = addr;
-        e->name_p = h->ptr[P_NAME];
-        e->qualname_p = h->ptr[P_QUALNAME];
-        e->file_p = h->ptr[P_FILE];
-        e->table_p = h->ptr[P_TABLE];
+        memcpy(e->ptr, h->ptr, sizeof(e->ptr));
         e->firsttraceable = h->firsttraceable;
-        e->nunits = h->nunits;
+        e->code_bytes = code_bytes;
         e->shim = L->init_shim && strcmp(e->pub.name, "__init__") == 0 &&
                   strcmp(e->pub.file, "__init__") == 0;
         e->checked_sample = w->sample_no;
@@ -675,9 +701,8 @@ static int code_recheck(struct pywalk *w, struct code_entry **pe)
         int rc = code_read_head(w, old->addr, &h);
         if (rc != 0)
                 return rc == NOT_CODE ? PYWALK_TORN : rc;
-        if (h.ptr[P_NAME] == old->name_p && h.ptr[P_QUALNAME] == old->qualname_p &&
-            h.ptr[P_FILE] == old->file_p && h.ptr[P_TABLE] == old->table_p &&
-            h.first_line == old->pub.first_line && h.nunits == old->nunits) {
+        if (memcmp(h.ptr, old->ptr, sizeof(h.ptr)) == 0 && h.first_line == old->pub.first_line &&
+            (!h.code_bytes || h.code_bytes == old->code_bytes)) {
                 free(old->tlbc);
                 old->tlbc = NULL;
                 old->n_tlbc = 0;
@@ -737,7 +762,16 @@ static int frame_offset(struct pywalk *w, const uint8_t *fr, uint64_t code, stru
         const struct pylayout *L = &w->L;
         if (L->lasti != PYL_LASTI_POINTER) {
                 int32_t lasti = rd32(fr + L->fr_lasti);
-                *off = lasti < 0 ? -1 : L->lasti == PYL_LASTI_UNITS ? 2 * (int64_t)lasti : lasti;
+                int64_t o = lasti < 0                     ? -1
+                            : L->lasti == PYL_LASTI_UNITS ? 2 * (int64_t)lasti
+                                                          : lasti;
+                for (int attempt = 0; (*pe)->code_bytes && o >= (int64_t)(*pe)->code_bytes;
+                     attempt++) {
+                        int rc = attempt ? PYWALK_TORN : code_recheck(w, pe);
+                        if (rc < 0)
+                                return rc;
+                }
+                *off = o;
                 return 0;
         }
         uint64_t ip = rd64(fr + L->fr_lasti);
@@ -748,7 +782,7 @@ static int frame_offset(struct pywalk *w, const uint8_t *fr, uint64_t code, stru
                 int rc = idx ? tlbc_base(w, e, idx, &base) : 0;
                 int64_t o = (int64_t)(ip - base);
                 /* prev_instr of a fresh 3.11/3.12 frame is one unit before the code. */
-                if (rc == 0 && o >= -2 && o <= 2 * (int64_t)e->nunits && !(o & 1)) {
+                if (rc == 0 && o >= -2 && o <= (int64_t)e->code_bytes && !(o & 1)) {
                         bool incomplete = owner != L->owner_generator && e->firsttraceable >= 0 &&
                                           o < 2 * (int64_t)e->firsttraceable;
                         *off = incomplete ? INT64_MIN : o;
@@ -764,21 +798,39 @@ static int frame_offset(struct pywalk *w, const uint8_t *fr, uint64_t code, stru
         }
 }
 
-/* Load the data-stack chunk at addr whole (3.11+). Failures are not errors: frames read singly. */
-static int chunk_load(struct pywalk *w, uint64_t chunk, uint64_t *previous)
+/*
+ * Load a data-stack chunk (3.11+) as one span. `top` is the thread's
+ * datastack_top when this is its current chunk (0 for older chunks, read
+ * whole): then only the bytes in use are needed, plus some slack once the
+ * chunk's size is known so that a growing stack still hits next time. `top`
+ * is only a size hint: frames outside the span are read singly, and failures
+ * here are not errors for the same reason. *previous: the older chunk, or 0.
+ */
+static int chunk_load(struct pywalk *w, uint64_t chunk, uint64_t top, uint64_t *previous)
 {
         const struct pylayout *L = &w->L;
-        uint64_t size;
+        uint64_t size = 0, head = (uint64_t)L->chunk_data;
+        uint64_t used = top > chunk + head && top - chunk <= MAX_CHUNK_BYTES ? top - chunk : 0;
+        int rc;
         *previous = 0;
-        int rc = fetch(w, chunk + (uint64_t)L->chunk_size, &size, 8);
-        if (rc < 0)
-                return fatal_read(rc) ? rc : 0;
-        if (size < (uint64_t)L->chunk_data + 8 || size > MAX_CHUNK_BYTES)
-                return 0;
-        rc = fetch_region(w, chunk, (size_t)size);
-        if (rc < 0)
-                return fatal_read(rc) ? rc : 0;
-        /* Inside the region just read: cannot fail. */
+        if (!used || !covered(w, chunk, (size_t)used)) {
+                if (!used || covered(w, chunk, (size_t)head)) {
+                        rc = fetch(w, chunk + (uint64_t)L->chunk_size, &size, 8);
+                        if (rc < 0)
+                                return fatal_read(rc) ? rc : 0;
+                        if (size < head + 8 || size > MAX_CHUNK_BYTES)
+                                return 0;
+                }
+                uint64_t len = size ? size : used;
+                if (size && used && used <= size) {
+                        len = (used + CHUNK_SLACK + 63) & ~63ull;
+                        len = len < size ? len : size;
+                }
+                rc = fetch_region(w, chunk, (size_t)len);
+                if (rc < 0)
+                        return fatal_read(rc) ? rc : 0;
+        }
+        /* Inside the span: marks it used, cannot fail. */
         return fetch(w, chunk + (uint64_t)L->chunk_previous, previous, 8);
 }
 
@@ -801,7 +853,8 @@ static int walk_frames(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uin
         unsigned chunks = 0;
         if (L->ts_datastack_chunk >= 0) {
                 uint64_t chunk = rd64(ts + L->ts_datastack_chunk);
-                if (chunk && (rc = chunk_load(w, chunk, &older_chunk)) < 0)
+                uint64_t top = L->ts_datastack_top >= 0 ? rd64(ts + L->ts_datastack_top) : 0;
+                if (chunk && (rc = chunk_load(w, chunk, top, &older_chunk)) < 0)
                         return rc;
         }
         vset_clear(&w->frames_seen);
@@ -813,7 +866,7 @@ static int walk_frames(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uin
                 while (older_chunk && chunks < MAX_CHUNKS && !covered(w, addr, L->fr_read)) {
                         uint64_t chunk = older_chunk;
                         chunks++;
-                        if ((rc = chunk_load(w, chunk, &older_chunk)) < 0)
+                        if ((rc = chunk_load(w, chunk, 0, &older_chunk)) < 0)
                                 return rc;
                 }
                 uint8_t fr[FRAME_BUF];
@@ -855,8 +908,9 @@ static int walk_frames(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uin
 /* Bytes of a tstate to read: every field used, and the 3.15 base frame inside it. */
 static size_t tstate_read_len(const struct pylayout *L)
 {
-        int32_t offs[] = {L->ts_next,       L->ts_interp,          L->ts_frame, L->ts_thread_id,
-                          L->ts_native_tid, L->ts_datastack_chunk, L->ts_state};
+        int32_t offs[] = {L->ts_next,          L->ts_interp,     L->ts_frame,
+                          L->ts_thread_id,     L->ts_native_tid, L->ts_datastack_chunk,
+                          L->ts_datastack_top, L->ts_state};
         size_t end = 0;
         for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++)
                 if (offs[i] >= 0 && (size_t)offs[i] + 8 > end)
@@ -1194,5 +1248,6 @@ void pywalk_close(struct pywalk *w)
         free(w->snap.v);
         free(w->snap.buf);
         free(w->snap.next);
+        free(w->snap.iov);
         free(w);
 }

@@ -422,6 +422,8 @@ int pyimg_add_thread(struct pyimg *p, uint64_t interp, int64_t native_tid)
                 th->chunk_top = th->chunk + (uint64_t)L->chunk_data;
                 th->chunk_end = th->chunk + p->chunk_bytes;
                 img_u64(p->img, ts + (uint64_t)L->ts_datastack_chunk, th->chunk);
+                if (L->ts_datastack_top >= 0)
+                        img_u64(p->img, ts + (uint64_t)L->ts_datastack_top, th->chunk_top);
         }
         if (L->cframe_current >= 0) {
                 th->cframe = img_alloc(p->img, 64);
@@ -629,6 +631,11 @@ uint64_t pyimg_code_objs(struct pyimg *p, uint64_t name, uint64_t qualname, uint
                 img_u64(p->img, co + (uint64_t)L->ob_size, nunits);
         if (L->co_firsttraceable >= 0)
                 img_u32(p->img, co + (uint64_t)L->co_firsttraceable, (uint32_t)firsttraceable);
+        if (L->co_code >= 0) {
+                uint8_t *zeros = calloc(2 * nunits + 1, 1);
+                img_u64(p->img, co + (uint64_t)L->co_code, pyimg_bytes(p, zeros, 2 * nunits));
+                free(zeros);
+        }
         pyimg_sync(p);
         return co;
 }
@@ -684,6 +691,8 @@ static uint64_t frame_slot(struct pyimg *p, int t, enum pyimg_frame_kind kind)
         }
         uint64_t f = th->chunk_top;
         th->chunk_top += FRAME_SIZE;
+        if (L->ts_datastack_top >= 0)
+                img_u64(p->img, th->tstate + (uint64_t)L->ts_datastack_top, th->chunk_top);
         return f;
 }
 
