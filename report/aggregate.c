@@ -173,7 +173,9 @@ int folded_build(const struct trace_reader *r, const struct stack_counts *sc,
                 goto out;
         fs.lines = calloc(n ? n : 1, sizeof(*fs.lines));
         offsets = calloc(n ? n : 1, sizeof(*offsets));
-        if (!fs.lines || !offsets) {
+        fs.n_stacks = sc->n_stacks;
+        fs.line_of_stack = calloc(sc->n_stacks ? sc->n_stacks : 1, sizeof(*fs.line_of_stack));
+        if (!fs.lines || !offsets || !fs.line_of_stack) {
                 rc = TRACE_ERR_NOMEM;
                 goto out;
         }
@@ -213,14 +215,17 @@ int folded_build(const struct trace_reader *r, const struct stack_counts *sc,
         for (size_t i = 0; i < fs.n; i++)
                 fs.lines[i].text = (const char *)fs.text.data + offsets[i];
         qsort(fs.lines, fs.n, sizeof(*fs.lines), folded_line_cmp);
+        /* Before merging, line i is the only line of stack fs.lines[i].stack. */
         size_t kept = 0;
         for (size_t i = 0; i < fs.n; i++) {
                 struct folded_line *prev = kept ? &fs.lines[kept - 1] : NULL;
+                uint32_t stack = fs.lines[i].stack;
                 if (prev && prev->len == fs.lines[i].len &&
                     !memcmp(prev->text, fs.lines[i].text, prev->len))
                         prev->count += fs.lines[i].count;
                 else
                         fs.lines[kept++] = fs.lines[i];
+                fs.line_of_stack[stack] = (uint32_t)kept;
         }
         fs.n = kept;
         *out = fs;
@@ -237,9 +242,12 @@ out:
 void folded_free(struct folded_set *fs)
 {
         free(fs->lines);
+        free(fs->line_of_stack);
         pf_buf_free(&fs->text);
         fs->lines = NULL;
+        fs->line_of_stack = NULL;
         fs->n = 0;
+        fs->n_stacks = 0;
 }
 
 /* ---- hotspot tables ---- */
@@ -441,10 +449,22 @@ int hot_table_build(const struct trace_reader *r, const struct stack_counts *sc,
         }
         qsort(hb.rows, hb.n, sizeof(*hb.rows),
               key == HOT_BY_LINE ? hot_row_cmp_line : hot_row_cmp_function);
+        /*
+         * Rows moved: renumber the frame -> row map. A row's `frame` was
+         * mapped to the row's old index, which hb.stamp now records anew.
+         */
+        for (size_t i = 0; i < hb.n; i++)
+                hb.stamp[hb.row_of[hb.rows[i].frame] - 1] = (uint32_t)i + 1;
+        for (uint32_t id = 1; id <= hb.n_frames; id++)
+                if (hb.row_of[id])
+                        hb.row_of[id] = hb.stamp[hb.row_of[id] - 1];
         out->rows = hb.rows;
         out->n = hb.n;
         out->no_frame = no_frame;
+        out->row_of_frame = hb.row_of;
+        out->n_frames = hb.n_frames;
         hb.rows = NULL;
+        hb.row_of = NULL;
 out:
         free(hb.rows);
         free(hb.hash);
@@ -458,6 +478,206 @@ out:
 void hot_table_free(struct hot_table *t)
 {
         free(t->rows);
+        free(t->row_of_frame);
         t->rows = NULL;
+        t->row_of_frame = NULL;
         t->n = 0;
+        t->n_frames = 0;
+}
+
+int hot_table_count(const struct hot_table *t, const struct trace_reader *r,
+                    const struct slice_entry *entries, size_t n, uint64_t *self, uint64_t *total)
+{
+        struct frame_buf fb = {0};
+        /* Per row: the last entry index + 1 that added to its total (recursion counts once). */
+        uint64_t *stamp = calloc(t->n ? t->n : 1, sizeof(*stamp));
+        if (!stamp)
+                return TRACE_ERR_NOMEM;
+        int rc = 0;
+        for (size_t e = 0; e < n && rc == 0; e++) {
+                if (entries[e].stack == TRACE_STACK_EMPTY || !entries[e].count)
+                        continue;
+                int depth = frame_buf_load(&fb, r, entries[e].stack);
+                if (depth < 0) {
+                        rc = depth;
+                        break;
+                }
+                for (int i = depth - 1; i >= 0; i--) {
+                        uint32_t id = fb.ids[i];
+                        /* The rows were built from these very stacks: every frame has one. */
+                        if (id == 0 || id > t->n_frames || !t->row_of_frame[id]) {
+                                rc = TRACE_ERR_CORRUPT;
+                                break;
+                        }
+                        size_t row = t->row_of_frame[id] - 1;
+                        if (i == depth - 1)
+                                self[row] += entries[e].count;
+                        if (stamp[row] != e + 1) {
+                                stamp[row] = e + 1;
+                                total[row] += entries[e].count;
+                        }
+                }
+        }
+        free(stamp);
+        free(fb.ids);
+        return rc;
+}
+
+/* ---- time slices ---- */
+
+/*
+ * Open addressing from (slice, stack) to a count while the samples stream
+ * by. Consecutive samples of a thread mostly repeat the last key, so the
+ * last slot found is tried first.
+ */
+struct slice_map {
+        struct slice_entry *slots; /* count 0: empty */
+        size_t mask, used;
+        size_t last;
+};
+
+static uint64_t slice_key_hash(uint32_t slice, uint32_t stack)
+{
+        return pf_hash_u64(pf_hash_u64(0x736c696365ULL, slice), stack);
+}
+
+static int slice_map_grow(struct slice_map *m)
+{
+        size_t n = m->slots ? 2 * (m->mask + 1) : 4096;
+        struct slice_entry *slots = calloc(n, sizeof(*slots));
+        if (!slots)
+                return TRACE_ERR_NOMEM;
+        for (size_t i = 0; m->slots && i <= m->mask; i++) {
+                if (!m->slots[i].count)
+                        continue;
+                size_t j = slice_key_hash(m->slots[i].slice, m->slots[i].stack) & (n - 1);
+                while (slots[j].count)
+                        j = (j + 1) & (n - 1);
+                slots[j] = m->slots[i];
+        }
+        free(m->slots);
+        m->slots = slots;
+        m->mask = n - 1;
+        m->last = 0;
+        return 0;
+}
+
+static int slice_map_add(struct slice_map *m, uint32_t slice, uint32_t stack)
+{
+        struct slice_entry *e = &m->slots[m->last];
+        if (e->count && e->slice == slice && e->stack == stack) {
+                e->count++;
+                return 0;
+        }
+        if (2 * (m->used + 1) > m->mask + 1) {
+                int rc = slice_map_grow(m);
+                if (rc < 0)
+                        return rc;
+        }
+        size_t j = slice_key_hash(slice, stack) & m->mask;
+        while (m->slots[j].count && (m->slots[j].slice != slice || m->slots[j].stack != stack))
+                j = (j + 1) & m->mask;
+        if (!m->slots[j].count) {
+                m->slots[j] = (struct slice_entry){slice, stack, 0};
+                m->used++;
+        }
+        m->slots[j].count++;
+        m->last = j;
+        return 0;
+}
+
+struct slice_pass {
+        struct slice_counts *sc;
+        struct slice_map map;
+        unsigned require, exclude;
+        uint32_t n_stacks;
+};
+
+static int slice_visit(void *ctx, const struct trace_sample *s)
+{
+        struct slice_pass *p = ctx;
+        struct slice_counts *sc = p->sc;
+        int64_t rel = s->t_ns - sc->from_ns;
+        uint64_t i = rel <= 0 ? 0 : (uint64_t)rel / (uint64_t)sc->slice_ns;
+        uint32_t slice = i >= sc->n_slices ? sc->n_slices - 1 : (uint32_t)i;
+        sc->seen[slice]++;
+        if (s->state & TRACE_STATE_ON_CPU)
+                sc->on_cpu[slice]++;
+        if ((s->state & p->require) != p->require || (s->state & p->exclude))
+                return 0;
+        /* The reader checked every stack id against the stacks it loaded. */
+        if (s->stack >= p->n_stacks)
+                return TRACE_ERR_CORRUPT;
+        sc->all.counts[s->stack]++;
+        sc->all.total++;
+        sc->samples[slice]++;
+        return slice_map_add(&p->map, slice, s->stack);
+}
+
+static int slice_entry_cmp(const void *a, const void *b)
+{
+        const struct slice_entry *x = a, *y = b;
+        if (x->slice != y->slice)
+                return x->slice < y->slice ? -1 : 1;
+        return x->stack < y->stack ? -1 : x->stack > y->stack;
+}
+
+int slice_counts_build(struct trace_reader *r, const struct trace_filter *f, int64_t from_ns,
+                       int64_t slice_ns, uint32_t n_slices, struct slice_counts *out)
+{
+        if (n_slices < 1 || slice_ns < 1)
+                return TRACE_ERR_ARG;
+        struct slice_counts sc = {.from_ns = from_ns, .slice_ns = slice_ns, .n_slices = n_slices};
+        struct slice_pass p = {.sc = &sc, .n_stacks = trace_reader_stack_count(r)};
+        struct trace_filter all_states = f ? *f : (struct trace_filter){0};
+        p.require = all_states.state_require;
+        p.exclude = all_states.state_exclude;
+        all_states.state_require = all_states.state_exclude = 0;
+        sc.all.n_stacks = p.n_stacks;
+        sc.all.counts = calloc(p.n_stacks ? p.n_stacks : 1, sizeof(*sc.all.counts));
+        sc.first = calloc((size_t)n_slices + 1, sizeof(*sc.first));
+        sc.samples = calloc(n_slices, sizeof(*sc.samples));
+        sc.seen = calloc(n_slices, sizeof(*sc.seen));
+        sc.on_cpu = calloc(n_slices, sizeof(*sc.on_cpu));
+        int rc = 0;
+        if (!sc.all.counts || !sc.first || !sc.samples || !sc.seen || !sc.on_cpu ||
+            slice_map_grow(&p.map) < 0)
+                rc = TRACE_ERR_NOMEM;
+        if (rc == 0)
+                rc = trace_reader_foreach_sample(r, &all_states, slice_visit, &p);
+        if (rc == 0) {
+                /* Compact the table into the sorted entry list. */
+                size_t n = 0;
+                for (size_t i = 0; i <= p.map.mask; i++)
+                        if (p.map.slots[i].count)
+                                p.map.slots[n++] = p.map.slots[i];
+                qsort(p.map.slots, n, sizeof(*p.map.slots), slice_entry_cmp);
+                sc.entries = p.map.slots;
+                sc.n_entries = n;
+                p.map.slots = NULL;
+                size_t e = 0;
+                for (uint32_t i = 0; i <= n_slices; i++) {
+                        while (e < n && sc.entries[e].slice < i)
+                                e++;
+                        sc.first[i] = e;
+                }
+        }
+        free(p.map.slots);
+        if (rc != 0) {
+                slice_counts_free(&sc);
+                return rc;
+        }
+        *out = sc;
+        return 0;
+}
+
+void slice_counts_free(struct slice_counts *sc)
+{
+        stack_counts_free(&sc->all);
+        free(sc->entries);
+        free(sc->first);
+        free(sc->samples);
+        free(sc->seen);
+        free(sc->on_cpu);
+        *sc = (struct slice_counts){0};
 }

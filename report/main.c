@@ -7,6 +7,10 @@
  * option or a trace file) goes to the default command, `report`, so that
  * `pyflame-report run.db` prints folded stacks. A trace file that happens to
  * be called like a command is reached as ./info.
+ *
+ * The same file is also the entry point of pyflame-diff: built with
+ * REPORT_MAIN_COMMAND="diff", the program is that one command of the table
+ * under its own name, and its messages say so.
  */
 #include "report.h"
 
@@ -18,9 +22,16 @@
 
 #include "pyflame-config.h"
 
+#ifdef REPORT_MAIN_COMMAND
+const char report_prog[] = "pyflame-" REPORT_MAIN_COMMAND;
+#else
+const char report_prog[] = REPORT_PROG;
+#endif
+
 static const struct report_command commands[] = {
-    {"report", cmd_report, "print folded stacks or a hotspot table (the default)"},
+    {"report", cmd_report, "print folded stacks, a hotspot table or time slices (the default)"},
     {"info", cmd_info, "summarise a recording: duration, rate, threads, errors"},
+    {"diff", cmd_diff, "compare two recordings (or two windows of one); a CI gate"},
 };
 
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -36,7 +47,8 @@ static int vfail(const char *subject, const char *fmt, va_list ap)
 {
         char msg[1024];
         vsnprintf(msg, sizeof(msg), fmt, ap);
-        fputs(REPORT_PROG ": ", stderr);
+        fputs(report_prog, stderr);
+        fputs(": ", stderr);
         if (subject) {
                 put_one_line(subject);
                 fputs(": ", stderr);
@@ -62,6 +74,10 @@ int report_usage(const char *cmd, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(msg, sizeof(msg), fmt, ap);
         va_end(ap);
+#ifdef REPORT_MAIN_COMMAND
+        if (cmd && !strcmp(cmd, REPORT_MAIN_COMMAND))
+                return report_fail(NULL, "%s (see '%s --help')", msg, report_prog);
+#endif
         if (cmd)
                 return report_fail(NULL, "%s (see '" REPORT_PROG " %s --help')", msg, cmd);
         return report_fail(NULL, "%s (see '" REPORT_PROG " --help')", msg);
@@ -153,6 +169,16 @@ static void main_help(void)
 
 int main(int argc, char **argv)
 {
+#ifdef REPORT_MAIN_COMMAND
+        if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V"))) {
+                printf("%s %s\n", report_prog, PYFLAME_VERSION);
+                return fflush(stdout) == 0 ? REPORT_EXIT_OK : REPORT_EXIT_FAIL;
+        }
+        for (size_t i = 0; i < N_COMMANDS; i++)
+                if (!strcmp(commands[i].name, REPORT_MAIN_COMMAND))
+                        return commands[i].run(argc, argv);
+        return report_fail(NULL, "internal error: no command " REPORT_MAIN_COMMAND);
+#endif
         if (argc < 2)
                 return report_usage(NULL, "no trace file given");
         const char *first = argv[1];

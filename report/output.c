@@ -299,8 +299,25 @@ static const char *cell_str(const struct table_column *col, const struct table_c
         case TABLE_SECONDS:
                 snprintf(buf, size, "%.3f", (double)c->num / 1e9);
                 return buf;
+        case TABLE_SIGNED:
+                snprintf(buf, size, "%+.2f", c->real);
+                return buf;
+        case TABLE_PVALUE:
+                snprintf(buf, size, "%.2g", c->real);
+                return buf;
+        case TABLE_BOOL:
+                return c->num ? "true" : "false";
         }
         return "";
+}
+
+/* A cell as text tables show it: booleans as "yes" or nothing. */
+static const char *cell_text(const struct table_column *col, const struct table_cell *c, char *buf,
+                             size_t size)
+{
+        if (col->kind == TABLE_BOOL && !c->null)
+                return c->num ? "yes" : "";
+        return cell_str(col, c, buf, size);
 }
 
 /* Width on screen of a UTF-8 string, counting code points (good enough for names). */
@@ -336,7 +353,7 @@ static void table_write_text(const struct table *t, struct out *o)
                 width[c] = text_width(t->cols[c].title);
                 for (size_t r = 0; r < t->n_rows; r++) {
                         const char *s =
-                            cell_str(&t->cols[c], &t->cells[r * t->n_cols + c], buf, sizeof(buf));
+                            cell_text(&t->cols[c], &t->cells[r * t->n_cols + c], buf, sizeof(buf));
                         size_t w = text_width(s);
                         if (w > width[c])
                                 width[c] = w;
@@ -350,8 +367,8 @@ static void table_write_text(const struct table *t, struct out *o)
                                 continue;
                         const char *s =
                             r == 0 ? t->cols[c].title
-                                   : cell_str(&t->cols[c], &t->cells[(r - 1) * t->n_cols + c], buf,
-                                              sizeof(buf));
+                                   : cell_text(&t->cols[c], &t->cells[(r - 1) * t->n_cols + c], buf,
+                                               sizeof(buf));
                         if (*s)
                                 last = c + 1;
                 }
@@ -363,12 +380,12 @@ static void table_write_text(const struct table *t, struct out *o)
                         if (col->flags & TABLE_DATA_ONLY)
                                 continue;
                         const char *s = r == 0 ? col->title
-                                               : cell_str(col, &t->cells[(r - 1) * t->n_cols + c],
-                                                          buf, sizeof(buf));
+                                               : cell_text(col, &t->cells[(r - 1) * t->n_cols + c],
+                                                           buf, sizeof(buf));
                         if (!first)
                                 out_puts(o, "  ");
                         first = false;
-                        bool right = col->kind != TABLE_TEXT;
+                        bool right = col->kind != TABLE_TEXT || (col->flags & TABLE_RIGHT);
                         size_t w = c + 1 == last && !right ? 0 : width[c];
                         write_padded(o, s, w, right);
                 }

@@ -29,12 +29,15 @@
 
 #define REPORT_PROG "pyflame-report"
 
+/* The name messages start with: "pyflame-report", or "pyflame-diff" in that program. */
+extern const char report_prog[];
+
 /*
  * Exit statuses. Every failure (usage, unreadable or damaged trace, output
- * that cannot be written) is 2; 1 is kept free for a future `diff` that
- * fails a build on a regression, the way diff(1) uses 1 for "different".
+ * that cannot be written) is 2; 1 is `diff`'s gate tripping on a
+ * regression, the way diff(1) uses 1 for "different".
  */
-enum { REPORT_EXIT_OK = 0, REPORT_EXIT_FAIL = 2 };
+enum { REPORT_EXIT_OK = 0, REPORT_EXIT_GATE = 1, REPORT_EXIT_FAIL = 2 };
 
 /* ------------------------------------------------------------------ */
 /* Commands (main.c and cmd_*.c)                                       */
@@ -49,6 +52,7 @@ struct report_command {
 
 int cmd_report(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_diff(int argc, char **argv);
 /* Print the help of the default `report` command (also the tool's main help). */
 void cmd_report_help(void);
 
@@ -137,9 +141,13 @@ enum table_kind {
         TABLE_INT,     /* cell.num, printed plainly */
         TABLE_DECIMAL, /* cell.real, printed with two decimals (percentages, rates) */
         TABLE_SECONDS, /* cell.num nanoseconds, printed as seconds with three decimals */
+        TABLE_SIGNED,  /* cell.real, with its sign and two decimals (changes) */
+        TABLE_PVALUE,  /* cell.real, two significant digits (probabilities) */
+        TABLE_BOOL,    /* cell.num != 0: true/false in CSV and JSON, "yes" or blank in text */
 };
 #define TABLE_TEXT_ONLY 0x1u /* shown in text tables only (a composite such as file:line) */
 #define TABLE_DATA_ONLY 0x2u /* in CSV and JSON only (the parts of that composite) */
+#define TABLE_RIGHT     0x4u /* a text column aligned right, like numbers */
 
 struct table_column {
         const char *title; /* text and CSV header */
@@ -269,6 +277,9 @@ struct folded_set {
         struct folded_line *lines;
         size_t n;
         struct pf_buf text;
+        /* Per stack id: the index + 1 of the line its samples went to; 0 for none. */
+        uint32_t *line_of_stack;
+        uint32_t n_stacks;
 };
 
 /*
@@ -298,12 +309,63 @@ struct hot_table {
         struct hot_row *rows; /* sorted: self desc, total desc, then file, line, name */
         size_t n;
         uint64_t no_frame; /* samples with the empty stack (in no row) */
+        /* Per frame id: the index + 1 of its row; 0 for a frame in no counted stack. */
+        uint32_t *row_of_frame;
+        uint32_t n_frames;
 };
 
 /* Build the table for `key`. Returns 0 or a negative trace_status. */
 int hot_table_build(const struct trace_reader *r, const struct stack_counts *sc, enum hot_key key,
                     struct hot_table *out);
 void hot_table_free(struct hot_table *t);
+
+/* ------------------------------------------------------------------ */
+/* Time slices (aggregate.c)                                           */
+/* ------------------------------------------------------------------ */
+
+/* Samples of one stack in one time slice. */
+struct slice_entry {
+        uint32_t slice, stack;
+        uint64_t count;
+};
+
+/*
+ * A selection counted per stack as a whole (what a single report counts)
+ * and per consecutive time slice [from_ns + i slice_ns, from_ns + (i+1)
+ * slice_ns), i < n_slices; samples before the first slice count in it,
+ * samples after the last in the last.
+ */
+struct slice_counts {
+        struct stack_counts all;
+        int64_t from_ns, slice_ns;
+        uint32_t n_slices;
+        struct slice_entry *entries; /* sorted by slice, then stack; count > 0 */
+        size_t n_entries;
+        size_t *first;     /* n_slices + 1 entries: slice i is entries[first[i], first[i+1]) */
+        uint64_t *samples; /* per slice: samples of the selection */
+        uint64_t *seen;    /* per slice: samples of the selected threads, whatever their state */
+        uint64_t *on_cpu;  /* per slice: those of them on CPU */
+};
+
+/*
+ * Count the samples `f` selects per stack and per slice, in one pass. The
+ * state filter of `f` decides what is counted; `seen` and `on_cpu` ignore
+ * it, so that a slice's share of time on CPU is known even when only
+ * on-CPU samples are selected. n_slices >= 1, slice_ns >= 1. Returns 0 or
+ * a negative trace_status.
+ */
+int slice_counts_build(struct trace_reader *r, const struct trace_filter *f, int64_t from_ns,
+                       int64_t slice_ns, uint32_t n_slices, struct slice_counts *out);
+void slice_counts_free(struct slice_counts *sc);
+
+/*
+ * Add the samples of `entries` (stacks of one slice of the selection `t`
+ * was built from) to self[] and total[], arrays of t->n counts indexed like
+ * t->rows, with the same rules as hot_table_build. Returns 0 or a negative
+ * trace_status.
+ */
+int hot_table_count(const struct hot_table *t, const struct trace_reader *r,
+                    const struct slice_entry *entries, size_t n, uint64_t *self, uint64_t *total);
 
 /* ------------------------------------------------------------------ */
 /* Source lines (srcline.c)                                            */
@@ -323,5 +385,62 @@ struct srcline_cache *srcline_cache_new(void);
  */
 char *srcline_get(struct srcline_cache *c, const char *file, int32_t line);
 void srcline_cache_free(struct srcline_cache *c);
+
+/* ------------------------------------------------------------------ */
+/* Statistics of a comparison (diffstat.c)                             */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Time blocks for the batch-means variance: one per this many samples of a
+ * side, at least 2 and at most DIFFSTAT_BLOCKS_MAX (see diffstat.c).
+ */
+#define DIFFSTAT_BLOCK_MIN_SAMPLES 50u
+#define DIFFSTAT_BLOCKS_MAX        20u
+
+/* The number of time blocks to cut a side of `samples` samples into. */
+uint32_t diffstat_blocks_for(uint64_t samples);
+
+/* One side of a comparison: its selection as a whole. */
+struct diffstat_side {
+        uint64_t samples; /* N, the denominator of every share */
+        uint32_t blocks;  /* time blocks holding at least one sample */
+        double sum_n2;    /* sum over blocks of (samples in the block)^2 */
+        double scale;     /* 1 to compare shares; the side's sampled seconds for time */
+};
+
+/* One row's count on one side, and its per-block sums. */
+struct diffstat_cell {
+        uint64_t x;    /* samples of the row */
+        double sum_x2; /* sum over blocks of (row's samples in the block)^2 */
+        double sum_xn; /* sum over blocks of row's samples times block's samples */
+};
+
+struct diffstat_result {
+        double base, new_; /* scale * x / N on each side: a share (0..1) or seconds */
+        double change;     /* new_ - base */
+        double rel;        /* change / base; INFINITY when base is 0 and new_ is not */
+        double se;         /* standard error of change */
+        double stat, df;   /* change / se, and its degrees of freedom (INFINITY: normal) */
+        double p;          /* two-sided p-value, before any multiple-comparison adjustment */
+        bool tested;       /* false: too few samples (p is then 1) */
+};
+
+/*
+ * Compare one row between two sides (diffstat.c says how). Rows with fewer
+ * than `min_samples` samples on both sides together are not tested.
+ */
+void diffstat_compare(const struct diffstat_side *base, const struct diffstat_cell *cb,
+                      const struct diffstat_side *new_, const struct diffstat_cell *cn,
+                      uint64_t min_samples, struct diffstat_result *out);
+
+/* Two-sided p-value of `stat` under Student's t with `df` degrees of freedom (normal: INFINITY). */
+double diffstat_two_sided_p(double stat, double df);
+
+/*
+ * Holm's step-down adjustment of m p-values: adjusted[i] is the smallest
+ * family-wise error rate at which test i is rejected. Returns 0, or -1
+ * when out of memory (adjusted untouched).
+ */
+int diffstat_holm(const double *p, size_t m, double *adjusted);
 
 #endif
