@@ -1,7 +1,8 @@
 /*
  * cmd_report.c - `pyflame-report [report]`, the views of the samples of a
- * trace: folded stacks (the default), and the --by-line and --by-function
- * hotspot tables.
+ * trace: folded stacks (the default), the --by-line and --by-function
+ * hotspot tables, and --slices, the top functions of consecutive time
+ * slices (where a recording changes phase).
  *
  * Each view is a row of a table and a thin function over aggregate.c: the
  * command parses options, opens the trace, resolves the selection, counts
@@ -25,7 +26,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#define TOP_DEFAULT 20
+#define TOP_DEFAULT        20
+#define SLICES_TOP_DEFAULT 3
+/* More slices than this is a table nobody reads, and memory for nothing. */
+#define SLICES_MAX 100000
+/* Width of the bar of the dominant function's share in the text view of slices. */
+#define SLICE_BAR_WIDTH 20
 
 struct report_opts {
         struct select_opts select;
@@ -36,6 +42,7 @@ struct report_opts {
         size_t top;
         bool top_given;
         bool no_source;
+        int64_t slice_ns; /* --slices */
         const char *output;
         const char *path;
 };
@@ -48,6 +55,7 @@ struct view_ctx {
         const struct stack_counts *sc;
         const struct report_opts *opts;
         struct out *out;
+        uint64_t slices_total; /* samples the slices view counted itself */
 };
 
 struct view {
@@ -325,13 +333,285 @@ static int view_export(struct view_ctx *ctx)
         return rc;
 }
 
-enum { VIEW_FOLDED, VIEW_BY_LINE, VIEW_BY_FUNCTION, VIEW_EXPORT };
+/* ---- time slices ---- */
+
+/*
+ * The `top` rows with the most self samples in one slice, most first, as
+ * indexes into the hot table; returns how many (rows with no sample are
+ * left out). Rows are in the whole selection's order, so ties keep it.
+ */
+static size_t slice_top(const uint64_t *self, size_t n_rows, size_t top, size_t *best)
+{
+        size_t n = 0;
+        for (size_t i = 0; i < n_rows && top; i++) {
+                if (!self[i] || (n == top && self[i] <= self[best[top - 1]]))
+                        continue;
+                size_t j = n < top ? n++ : top - 1;
+                while (j > 0 && self[best[j - 1]] < self[i]) {
+                        best[j] = best[j - 1];
+                        j--;
+                }
+                best[j] = i;
+        }
+        return n;
+}
+
+static const struct table_column slice_text_columns[] = {
+    {"FROM_S", NULL, TABLE_SECONDS, 0}, {"TO_S", NULL, TABLE_SECONDS, 0},
+    {"SAMPLES", NULL, TABLE_COUNT, 0},  {"CPU%", NULL, TABLE_DECIMAL, 0},
+    {"SHARE%", NULL, TABLE_DECIMAL, 0}, {"BAR", NULL, TABLE_TEXT, 0},
+    {"DOMINANT", NULL, TABLE_TEXT, 0},  {"NEXT", NULL, TABLE_TEXT, 0},
+};
+
+static const struct table_column slice_data_columns[] = {
+    {"FROM_S", "from_s", TABLE_SECONDS, 0}, {"TO_S", "to_s", TABLE_SECONDS, 0},
+    {"SAMPLES", "samples", TABLE_COUNT, 0}, {"SEEN", "seen", TABLE_COUNT, 0},
+    {"ON_CPU", "on_cpu", TABLE_COUNT, 0},   {"ON_CPU%", "on_cpu_pct", TABLE_DECIMAL, 0},
+    {"RANK", "rank", TABLE_INT, 0},         {"FUNCTION", "function", TABLE_TEXT, 0},
+    {"FILE", "file", TABLE_TEXT, 0},        {"FIRST_LINE", "first_line", TABLE_INT, 0},
+    {"SELF", "self", TABLE_COUNT, 0},       {"SELF%", "self_pct", TABLE_DECIMAL, 0},
+};
+
+/* What every row of the slices view needs. */
+struct slice_view {
+        const struct slice_counts *sc;
+        const struct hot_table *ht;
+        int64_t end_ns;
+        /* The slice being shown: its counts per row and its top rows. */
+        uint32_t i;
+        const uint64_t *self;
+        const size_t *best;
+        size_t n_best;
+        size_t dominant; /* the previous slice's top row; SIZE_MAX before any */
+};
+
+static int64_t slice_start(const struct slice_view *v)
+{
+        return v->sc->from_ns + (int64_t)v->i * v->sc->slice_ns;
+}
+
+static int64_t slice_end(const struct slice_view *v)
+{
+        int64_t e = slice_start(v) + v->sc->slice_ns;
+        return e < v->end_ns ? e : v->end_ns;
+}
+
+static double slice_share(const struct slice_view *v, size_t k)
+{
+        return percent(v->self[v->best[k]], v->sc->samples[v->i]);
+}
+
+/* One line per slice: its dominant function's share as a bar, then the next ones. */
+static void slice_text_row(struct slice_view *v, struct table *t)
+{
+        const struct slice_counts *sc = v->sc;
+        struct table_cell *c = table_add_row(t);
+        if (!c)
+                return;
+        c[0].num = slice_start(v);
+        c[1].num = slice_end(v);
+        c[2].num = (int64_t)sc->samples[v->i];
+        c[3].real = percent(sc->on_cpu[v->i], sc->seen[v->i]);
+        c[3].null = !sc->seen[v->i];
+        c[4].null = !v->n_best;
+        if (!v->n_best)
+                return;
+        double share = slice_share(v, 0);
+        c[4].real = share;
+        char bar[SLICE_BAR_WIDTH + 1];
+        int full = (int)(share / 100.0 * SLICE_BAR_WIDTH + 0.5);
+        for (int k = 0; k < SLICE_BAR_WIDTH; k++)
+                bar[k] = k < full ? '#' : '.';
+        bar[SLICE_BAR_WIDTH] = '\0';
+        c[5].text = table_printf(t, "%s", bar);
+        /* '*' marks a slice whose dominant function is not the previous slice's. */
+        bool changed = v->dominant != SIZE_MAX && v->dominant != v->best[0];
+        v->dominant = v->best[0];
+        c[6].text =
+            table_printf(t, "%s%s", changed ? "* " : "  ", frame_name(&v->ht->rows[v->best[0]].f));
+        struct pf_buf next = {0};
+        bool nomem = false;
+        for (size_t k = 1; k < v->n_best; k++) {
+                char item[320];
+                snprintf(item, sizeof(item), "%s%s %.1f%%", k > 1 ? ", " : "",
+                         frame_name(&v->ht->rows[v->best[k]].f), slice_share(v, k));
+                nomem |= pf_buf_append(&next, item, strlen(item)) < 0;
+        }
+        nomem |= pf_buf_append(&next, "", 1) < 0;
+        if (nomem) {
+                pf_buf_free(&next);
+                t->nomem = true;
+                return;
+        }
+        c[7].text = table_own(t, (char *)next.data);
+}
+
+/* CSV, long form for plotting: one row per slice and rank (a slice with no sample: one row). */
+static void slice_data_rows(struct slice_view *v, struct table *t)
+{
+        const struct slice_counts *sc = v->sc;
+        for (size_t k = 0; k < (v->n_best ? v->n_best : 1); k++) {
+                struct table_cell *c = table_add_row(t);
+                if (!c)
+                        return;
+                c[0].num = slice_start(v);
+                c[1].num = slice_end(v);
+                c[2].num = (int64_t)sc->samples[v->i];
+                c[3].num = (int64_t)sc->seen[v->i];
+                c[4].num = (int64_t)sc->on_cpu[v->i];
+                c[5].real = percent(sc->on_cpu[v->i], sc->seen[v->i]);
+                c[5].null = !sc->seen[v->i];
+                if (!v->n_best) {
+                        for (size_t j = 6; j < N_COLUMNS(slice_data_columns); j++)
+                                c[j].null = true;
+                        return;
+                }
+                const struct trace_frame *f = &v->ht->rows[v->best[k]].f;
+                c[6].num = (int64_t)k + 1;
+                c[7].text = frame_name(f);
+                c[8].text = f->file;
+                c[9].num = f->first_line;
+                c[9].null = f->first_line < 0;
+                c[10].num = (int64_t)v->self[v->best[k]];
+                c[11].real = slice_share(v, k);
+        }
+}
+
+static void slice_json(struct slice_view *v, struct out *o)
+{
+        const struct slice_counts *sc = v->sc;
+        uint32_t i = v->i;
+        out_printf(o,
+                   "%s\n  {\"from_s\": %.3f, \"to_s\": %.3f, \"samples\": %llu, \"seen\": %llu, "
+                   "\"on_cpu\": %llu, \"on_cpu_pct\": ",
+                   i ? "," : "", (double)slice_start(v) / 1e9, (double)slice_end(v) / 1e9,
+                   (unsigned long long)sc->samples[i], (unsigned long long)sc->seen[i],
+                   (unsigned long long)sc->on_cpu[i]);
+        if (sc->seen[i])
+                out_printf(o, "%.2f", percent(sc->on_cpu[i], sc->seen[i]));
+        else
+                out_puts(o, "null");
+        out_puts(o, ", \"top\": [");
+        for (size_t k = 0; k < v->n_best; k++) {
+                const struct trace_frame *f = &v->ht->rows[v->best[k]].f;
+                out_puts(o, k ? ", {\"function\": " : "{\"function\": ");
+                out_json_string(o, frame_name(f));
+                out_puts(o, ", \"file\": ");
+                out_json_string(o, f->file);
+                if (f->first_line >= 0)
+                        out_printf(o, ", \"first_line\": %d", (int)f->first_line);
+                else
+                        out_puts(o, ", \"first_line\": null");
+                out_printf(o, ", \"self\": %llu, \"self_pct\": %.2f}",
+                           (unsigned long long)v->self[v->best[k]], slice_share(v, k));
+        }
+        out_puts(o, "]}");
+}
+
+/*
+ * --slices: the selection cut into consecutive slices of one duration from
+ * its start (--from, or the recording's start) to its end (--to, or the
+ * end of the recording). Counted in one pass (slice_counts_build), ranked
+ * per slice on the rows of the whole selection's function table, so a
+ * function has one name and identity across all slices.
+ */
+static int view_slices(struct view_ctx *ctx)
+{
+        const struct report_opts *opts = ctx->opts;
+        struct trace_summary sum;
+        int rc = trace_reader_summary(ctx->r, &sum);
+        if (rc < 0)
+                return rc;
+        int64_t from = ctx->filter->from_ns;
+        int64_t end = ctx->filter->to_ns ? ctx->filter->to_ns : sum.duration_ns;
+        if (end <= from)
+                end = from + 1;
+        int64_t span = end - from, slice = opts->slice_ns;
+        uint64_t n = (uint64_t)(span / slice) + (span % slice != 0);
+        if (n > SLICES_MAX)
+                return report_fail(ctx->path,
+                                   "%llu slices of %.3f s are too many (at most %d): give "
+                                   "--slices a longer duration",
+                                   (unsigned long long)n, (double)slice / 1e9, SLICES_MAX);
+        struct slice_counts sc = {0};
+        struct hot_table ht = {0};
+        uint64_t *self = NULL, *total = NULL;
+        size_t *best = NULL;
+        struct table t = {0};
+        if ((rc = slice_counts_build(ctx->r, ctx->filter, from, slice, (uint32_t)n, &sc)) < 0 ||
+            (rc = hot_table_build(ctx->r, &sc.all, HOT_BY_FUNCTION, &ht)) < 0)
+                goto out;
+        size_t top = opts->top_given ? opts->top : SLICES_TOP_DEFAULT;
+        if (top == 0 || top > ht.n)
+                top = ht.n;
+        self = calloc(ht.n ? ht.n : 1, sizeof(*self));
+        total = calloc(ht.n ? ht.n : 1, sizeof(*total));
+        best = calloc(top ? top : 1, sizeof(*best));
+        if (!self || !total || !best) {
+                rc = TRACE_ERR_NOMEM;
+                goto out;
+        }
+        struct slice_view v = {
+            .sc = &sc, .ht = &ht, .end_ns = end, .self = self, .best = best, .dominant = SIZE_MAX};
+        struct out *o = ctx->out;
+        bool text = opts->format == OUT_TEXT;
+        t.cols = text ? slice_text_columns : slice_data_columns;
+        t.n_cols = text ? N_COLUMNS(slice_text_columns) : N_COLUMNS(slice_data_columns);
+        if (opts->format == OUT_JSON)
+                out_printf(o,
+                           "{\"view\": \"slices\", \"slice_s\": %.3f, \"from_s\": %.3f, "
+                           "\"to_s\": %.3f, \"samples\": %llu, \"slices\": [",
+                           (double)slice / 1e9, (double)from / 1e9, (double)end / 1e9,
+                           (unsigned long long)sc.all.total);
+        for (uint32_t i = 0; i < sc.n_slices; i++) {
+                memset(self, 0, ht.n * sizeof(*self));
+                memset(total, 0, ht.n * sizeof(*total));
+                if ((rc = hot_table_count(&ht, ctx->r, sc.entries + sc.first[i],
+                                          sc.first[i + 1] - sc.first[i], self, total)) < 0)
+                        goto out;
+                v.i = i;
+                v.n_best = slice_top(self, ht.n, top, best);
+                if (text)
+                        slice_text_row(&v, &t);
+                else if (opts->format == OUT_CSV)
+                        slice_data_rows(&v, &t);
+                else
+                        slice_json(&v, o);
+        }
+        if (opts->format == OUT_JSON) {
+                out_puts(o, sc.n_slices ? "\n]}\n" : "]}\n");
+        } else if (opts->format == OUT_CSV) {
+                table_write(&t, OUT_CSV, o);
+        } else {
+                out_printf(o,
+                           "%llu samples in %u slices of %.3f s. Per slice: the share of its "
+                           "samples on CPU, its dominant function by self samples (* where "
+                           "that changes), the next %zu.\n",
+                           (unsigned long long)sc.all.total, sc.n_slices, (double)slice / 1e9,
+                           top ? top - 1 : 0);
+                table_write(&t, OUT_TEXT, o);
+        }
+        if (t.nomem)
+                rc = TRACE_ERR_NOMEM;
+        ctx->slices_total = sc.all.total;
+out:
+        table_free(&t);
+        free(self);
+        free(total);
+        free(best);
+        hot_table_free(&ht);
+        slice_counts_free(&sc);
+        return rc;
+}
+
+enum { VIEW_FOLDED, VIEW_BY_LINE, VIEW_BY_FUNCTION, VIEW_EXPORT, VIEW_SLICES };
 
 static const struct view views[] = {
     [VIEW_FOLDED] = {"folded", view_folded, false, true},
     [VIEW_BY_LINE] = {"by-line", view_by_line, true, true},
     [VIEW_BY_FUNCTION] = {"by-function", view_by_function, true, true},
     [VIEW_EXPORT] = {"export", view_export, false, false},
+    [VIEW_SLICES] = {"slices", view_slices, true, false},
 };
 
 /* ---- the command ---- */
@@ -347,7 +627,10 @@ void cmd_report_help(void)
                "                         first, sorted by text (for flamegraph.pl, speedscope)\n"
                "      --by-line          hot lines: self and total samples, source text\n"
                "      --by-function      hot functions: self and total samples\n"
-               "      --top N            rows of a table to show (default %d, 0 for all)\n"
+               "      --slices DURATION  consecutive time slices (1s, 500ms): samples, share\n"
+               "                         on CPU and the top functions of each, to see phases\n"
+               "      --top N            rows of a table to show (default %d, 0 for all);\n"
+               "                         with --slices, functions per slice (default %d)\n"
                "      --no-source        do not read source files for --by-line\n"
                "      --format FORMAT    text, csv or json (folded stacks: text or json);\n"
                "                         or draw or convert the samples: " EXPORT_FORMATS "\n"
@@ -367,7 +650,7 @@ void cmd_report_help(void)
                "  -h, --help             this help\n"
                "\n"
                "Exit status: 0 on success, 2 on a usage error or a trace that cannot be read.\n",
-               TOP_DEFAULT);
+               TOP_DEFAULT, SLICES_TOP_DEFAULT);
 }
 
 enum {
@@ -385,6 +668,7 @@ enum {
         OPT_GIL,
         OPT_TITLE,
         OPT_ICICLE,
+        OPT_SLICES,
 };
 
 static const struct option long_options[] = {
@@ -403,6 +687,7 @@ static const struct option long_options[] = {
     {"gil", no_argument, NULL, OPT_GIL},
     {"title", required_argument, NULL, OPT_TITLE},
     {"icicle", no_argument, NULL, OPT_ICICLE},
+    {"slices", required_argument, NULL, OPT_SLICES},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -437,11 +722,20 @@ static int parse_args(int argc, char **argv, struct report_opts *o)
                 if (c == -1)
                         break;
                 switch (c) {
+                case OPT_SLICES:
                 case OPT_FOLDED:
                 case OPT_BY_LINE:
                 case OPT_BY_FUNCTION: {
+                        bool pct = false;
+                        if (c == OPT_SLICES && (pf_parse_duration(optarg, &o->slice_ns, &pct) < 0 ||
+                                                pct || o->slice_ns < 1000000))
+                                return report_usage(NULL,
+                                                    "--slices: '%s' is not a duration of 1ms or "
+                                                    "more, such as 1s or 500ms",
+                                                    optarg);
                         const struct view *v = &views[c == OPT_FOLDED    ? VIEW_FOLDED
                                                       : c == OPT_BY_LINE ? VIEW_BY_LINE
+                                                      : c == OPT_SLICES  ? VIEW_SLICES
                                                                          : VIEW_BY_FUNCTION];
                         if (chosen && chosen != v)
                                 return report_usage(NULL,
@@ -568,6 +862,7 @@ int cmd_report(int argc, char **argv)
                 goto done;
         if ((rc = select_resolve(r, o.path, &o.select, &sel)) != 0)
                 goto done;
+        uint64_t counted = 0;
         int st = o.view->counts ? stack_counts_build(r, &sel.filter, &sc) : 0;
         if (st == 0) {
                 struct view_ctx ctx = {.r = r,
@@ -577,12 +872,13 @@ int cmd_report(int argc, char **argv)
                                        .opts = &o,
                                        .out = &out};
                 st = o.view->render(&ctx);
+                counted = o.view->counts ? sc.total : ctx.slices_total;
         }
         if (st != 0) {
                 rc = st > 0 ? st : report_read_failed(o.path, r, st);
                 goto done;
         }
-        if (o.view->counts && sc.total == 0)
+        if (o.view != &views[VIEW_EXPORT] && counted == 0)
                 report_fail(o.path, "note: no sample matches the selection%s",
                             o.select.idle ? "" : " (threads off CPU are left out; try --idle)");
         rc = out_commit(&out, o.output);
