@@ -46,6 +46,7 @@
 #define OBJ_PREFIX       256 /* first read of a str or bytes object */
 #define PREFETCH_SPANS   8192
 #define PREFETCH_BYTES   (32u << 20)
+#define SPAN_GAP         256  /* prefetched spans closer than this are read as one */
 #define TID_SCAN_BYTES   2048 /* searched of a struct pthread for the TID */
 #define TID_SCAN_CHUNK   256
 #define TID_SEARCH_TRIES 16
@@ -91,6 +92,7 @@ struct span {
 struct snap {
         struct span *v;
         size_t n, cap;
+        size_t n_sorted; /* v[0, n_sorted): the prefetched spans, sorted and disjoint */
         uint8_t *buf;
         size_t len, cap_buf;
         size_t hint;
@@ -124,23 +126,36 @@ static int snap_reserve(struct snap *s, size_t extra)
         return 0;
 }
 
-/* The span holding [addr, addr+len), or NULL. Starts at the hint: walks are mostly in order. */
+static bool span_holds(const struct span *p, uint64_t addr, size_t len)
+{
+        return addr >= p->addr && addr - p->addr <= p->len && len <= p->len - (addr - p->addr);
+}
+
+/*
+ * The span holding [addr, addr+len), or NULL. The prefetched spans come
+ * first, sorted and disjoint (binary search); spans read during this sample
+ * follow (few once warm: a linear scan). The last hit is tried first.
+ */
 static struct span *snap_find(struct snap *s, uint64_t addr, size_t len)
 {
-        for (size_t k = 0; k < 2 && s->hint + k < s->n; k++) {
-                struct span *p = &s->v[s->hint + k];
-                if (addr >= p->addr && addr - p->addr <= p->len &&
-                    len <= p->len - (addr - p->addr)) {
-                        s->hint += k;
-                        return p;
-                }
+        if (s->hint < s->n && span_holds(&s->v[s->hint], addr, len))
+                return &s->v[s->hint];
+        size_t lo = 0, hi = s->n_sorted;
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (s->v[mid].addr <= addr)
+                        lo = mid + 1;
+                else
+                        hi = mid;
         }
-        for (size_t i = 0; i < s->n; i++) {
-                struct span *p = &s->v[i];
-                if (addr >= p->addr && addr - p->addr <= p->len &&
-                    len <= p->len - (addr - p->addr)) {
+        if (lo && span_holds(&s->v[lo - 1], addr, len)) {
+                s->hint = lo - 1;
+                return &s->v[lo - 1];
+        }
+        for (size_t i = s->n_sorted; i < s->n; i++) {
+                if (span_holds(&s->v[i], addr, len)) {
                         s->hint = i;
-                        return p;
+                        return &s->v[i];
                 }
         }
         return NULL;
@@ -163,15 +178,33 @@ struct type_flags {
         uint64_t type, flags;
 };
 
-/* A set of addresses for cycle detection, cleared in O(1) by bumping gen. */
-struct vset {
-        struct {
-                uint64_t key;
-                uint32_t gen;
-        } * slot;
-        size_t cap; /* power of two, > 2 * the most members */
-        uint32_t gen;
+/*
+ * Cycle detection in a chain of addresses (Brent): the chain loops when an
+ * address comes back to the one saved at the last power-of-two step. O(1)
+ * memory and one comparison per step; finds a loop within twice its length
+ * plus its distance from the start.
+ */
+struct cycle {
+        uint64_t saved;
+        uint32_t power, steps;
 };
+
+static void cycle_init(struct cycle *c)
+{
+        *c = (struct cycle){.saved = 0, .power = 1, .steps = 0};
+}
+
+static bool cycle_seen(struct cycle *c, uint64_t addr)
+{
+        if (addr == c->saved)
+                return true;
+        if (++c->steps == c->power) {
+                c->saved = addr;
+                c->power *= 2;
+                c->steps = 0;
+        }
+        return false;
+}
 
 struct pywalk {
         struct pylayout L;
@@ -188,7 +221,6 @@ struct pywalk {
         size_t n_types;
 
         struct pywalk_frame *frames;
-        struct vset frames_seen, threads_seen;
         uint64_t sample_no;
 
         int32_t tid_off; /* of the TID in glibc's struct pthread, -1 unknown */
@@ -252,7 +284,7 @@ static bool covered(struct pywalk *w, uint64_t addr, size_t len)
 static void snap_begin(struct pywalk *w)
 {
         struct snap *s = &w->snap;
-        s->n = s->len = s->hint = 0;
+        s->n = s->n_sorted = s->len = s->hint = 0;
         if (!s->n_next)
                 return;
         size_t total = 0;
@@ -282,16 +314,26 @@ static void snap_begin(struct pywalk *w)
                 off += s->next[i].len;
         }
         if (memsrc_readv(w->m, s->iov, s->n_next) == 0) {
-                s->n = s->n_next;
+                s->n = s->n_sorted = s->n_next;
                 s->len = total;
         }
 }
 
-/* End a sample: the spans it used are next sample's batch. */
+static int span_cmp(const void *a, const void *b)
+{
+        const struct span *x = a, *y = b;
+        return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+/*
+ * End a sample: the spans it used are next sample's batch, sorted, and
+ * merged when less than SPAN_GAP bytes apart: fewer ranges for the kernel to
+ * pin, and a gap shorter than a page between two readable ranges is readable.
+ */
 static void snap_end(struct pywalk *w)
 {
         struct snap *s = &w->snap;
-        size_t bytes = 0;
+        size_t bytes = 0, n = 0;
         s->n_next = 0;
         if (s->cap_next < s->n) {
                 struct span *v = realloc(s->next, s->n * sizeof(*v));
@@ -300,47 +342,26 @@ static void snap_end(struct pywalk *w)
                 s->next = v;
                 s->cap_next = s->n;
         }
-        for (size_t i = 0; i < s->n && s->n_next < PREFETCH_SPANS; i++) {
+        for (size_t i = 0; i < s->n && n < PREFETCH_SPANS; i++) {
                 if (!s->v[i].used || bytes + s->v[i].len > PREFETCH_BYTES)
                         continue;
-                s->next[s->n_next++] = s->v[i];
+                s->next[n++] = s->v[i];
                 bytes += s->v[i].len;
+        }
+        qsort(s->next, n, sizeof(*s->next), span_cmp);
+        for (size_t i = 0; i < n; i++) {
+                struct span *last = s->n_next ? &s->next[s->n_next - 1] : NULL;
+                uint64_t end = s->next[i].addr + s->next[i].len;
+                if (last && s->next[i].addr <= last->addr + last->len + SPAN_GAP) {
+                        if (end > last->addr + last->len)
+                                last->len = (size_t)(end - last->addr);
+                        continue;
+                }
+                s->next[s->n_next++] = s->next[i];
         }
 }
 
 /* ---- sets, code cache, type cache ------------------------------------------ */
-
-static int vset_init(struct vset *v, size_t members)
-{
-        v->cap = 1;
-        while (v->cap < 2 * members)
-                v->cap *= 2;
-        v->slot = calloc(v->cap, sizeof(*v->slot));
-        v->gen = 1;
-        return v->slot ? 0 : -ENOMEM;
-}
-
-static void vset_clear(struct vset *v)
-{
-        if (++v->gen == 0) {
-                memset(v->slot, 0, v->cap * sizeof(*v->slot));
-                v->gen = 1;
-        }
-}
-
-/* Add key; returns true when it was already there. At most cap/2 members by the callers' bounds. */
-static bool vset_seen(struct vset *v, uint64_t key)
-{
-        size_t i = (size_t)((key >> 3) * 0x9e3779b97f4a7c15ull >> 20) & (v->cap - 1);
-        while (v->slot[i].gen == v->gen) {
-                if (v->slot[i].key == key)
-                        return true;
-                i = (i + 1) & (v->cap - 1);
-        }
-        v->slot[i].key = key;
-        v->slot[i].gen = v->gen;
-        return false;
-}
 
 static size_t hash_slot(uint64_t addr, size_t cap)
 {
@@ -857,10 +878,11 @@ static int walk_frames(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uin
                 if (chunk && (rc = chunk_load(w, chunk, top, &older_chunk)) < 0)
                         return rc;
         }
-        vset_clear(&w->frames_seen);
+        struct cycle cyc;
+        cycle_init(&cyc);
         uint64_t last = 0;
         for (uint32_t steps = 0; addr; steps++) {
-                if (steps == MAX_STEPS || vset_seen(&w->frames_seen, addr))
+                if (steps == MAX_STEPS || cycle_seen(&cyc, addr))
                         return PYWALK_TORN;
                 /* Deep stacks spill into older chunks: load them whole too. */
                 while (older_chunk && chunks < MAX_CHUNKS && !covered(w, addr, L->fr_read)) {
@@ -1060,13 +1082,15 @@ static int walk_interp(struct pywalk *w, uint64_t interp, int64_t index, pywalk_
                 return rc;
         size_t ts_len = tstate_read_len(L);
         uint8_t ts[1024];
+        struct cycle cyc;
+        cycle_init(&cyc);
         for (uint64_t tstate = head; tstate && !*stop; (*nthreads)++) {
                 struct pywalk_thread th = {.tstate_addr = tstate,
                                            .native_tid = -1,
                                            .interp_id = (int64_t)id,
                                            .gil = PYWALK_GIL_UNKNOWN};
                 bool last = false;
-                if (*nthreads >= PYWALK_MAX_THREADS || vset_seen(&w->threads_seen, tstate)) {
+                if (*nthreads >= PYWALK_MAX_THREADS || cycle_seen(&cyc, tstate)) {
                         th.status = PYWALK_TORN;
                         last = true;
                 } else if ((rc = fetch(w, tstate, ts, ts_len)) < 0) {
@@ -1114,7 +1138,6 @@ int pywalk_sample(struct pywalk *w, pywalk_thread_fn fn, void *ctx)
         tid_search(w);
         w->n_tid_candidates = 0;
         snap_begin(w);
-        vset_clear(&w->threads_seen);
         uint64_t interp, seen[MAX_INTERPS];
         int rc = interp_head(w, &interp);
         unsigned nthreads = 0;
@@ -1204,8 +1227,7 @@ int pywalk_open(const struct pyfind_target *t, struct memsrc *m, struct pywalk *
                 w->frames = calloc(PYWALK_MAX_DEPTH, sizeof(*w->frames));
                 w->hash_cap = 1024;
                 w->hash = calloc(w->hash_cap, sizeof(*w->hash));
-                if (!w->frames || !w->hash || vset_init(&w->frames_seen, MAX_STEPS) < 0 ||
-                    vset_init(&w->threads_seen, PYWALK_MAX_THREADS) < 0) {
+                if (!w->frames || !w->hash) {
                         snprintf(err, errlen, "out of memory");
                         rc = PYFIND_UNSUPPORTED;
                 }
@@ -1243,8 +1265,6 @@ void pywalk_close(struct pywalk *w)
         free(w->all);
         free(w->hash);
         free(w->frames);
-        free(w->frames_seen.slot);
-        free(w->threads_seen.slot);
         free(w->snap.v);
         free(w->snap.buf);
         free(w->snap.next);
