@@ -50,7 +50,8 @@ struct gate_rule {
         const char *text;
         enum metric metric;
         enum { RULE_PP, RULE_REL, RULE_TIME } kind;
-        double threshold; /* share (0.05 for 5pp), ratio (0.2 for 20%) or seconds; signed */
+        double threshold; /* share (0.05 for 5pp), ratio (0.2 for 20%) or seconds; >= 0 */
+        bool decrease;    /* "-": trips on a drop of at least threshold, not on a rise */
 };
 
 struct diff_opts {
@@ -139,7 +140,8 @@ void cmd_diff_help(void)
                "Gate (exit status 1 when a significant change crosses a rule):\n"
                "      --fail-on RULE     METRIC:CHANGE, METRIC self or total, CHANGE +5pp\n"
                "                         (percentage points of share), +20%% (relative),\n"
-               "                         or with --per time +50ms; repeatable\n"
+               "                         or with --per time +50ms; -CHANGE trips on drops\n"
+               "                         instead of rises; repeatable\n"
                "\n"
                "Output:\n"
                "      --format FORMAT    text (default), markdown (a pull-request comment),\n"
@@ -245,7 +247,8 @@ static int parse_rule(const char *s, struct gate_rule *rule)
         const char *v = colon + 1;
         char *end;
         errno = 0;
-        double x = strtod(v, &end);
+        r.decrease = *v == '-';
+        double x = fabs(strtod(v, &end));
         if (errno || end == v || !isfinite(x) || *v == ' ')
                 return report_usage(DIFF_CMD,
                                     "--fail-on: '%s' has no number after the colon (e.g. "
@@ -473,13 +476,17 @@ static int side_parse(struct side *s, const char *spec)
         s->to = dots[2] ? strdup(dots + 2) : NULL;
         if (!s->path || (dots > win && !s->from) || (dots[2] && !s->to))
                 return report_fail(NULL, "out of memory");
-        int64_t ns;
-        bool pct;
-        if ((s->from && pf_parse_duration(s->from, &ns, &pct) < 0) ||
-            (s->to && pf_parse_duration(s->to, &ns, &pct) < 0))
+        int64_t from = 0, to = 0;
+        bool from_pct = false, to_pct = false;
+        if ((s->from && pf_parse_duration(s->from, &from, &from_pct) < 0) ||
+            (s->to && pf_parse_duration(s->to, &to, &to_pct) < 0))
                 return report_usage(DIFF_CMD,
                                     "%s: the window's ends must be times such as 1.5s, 200ms "
                                     "or 10%%",
+                                    spec);
+        /* Ends in one unit compare now; mixed ones once the duration is known. */
+        if (s->from && s->to && from_pct == to_pct && to <= from)
+                return report_usage(DIFF_CMD, "%s: the window is empty: it ends before it starts",
                                     spec);
         return 0;
 }
@@ -1066,9 +1073,9 @@ static bool rule_trips(const struct gate_rule *g, const struct drow *r)
         if (!r->significant[g->metric])
                 return false;
         double v = g->kind == RULE_REL ? res->rel : res->change;
-        if (g->threshold >= 0)
-                return res->change > 0 && v >= g->threshold;
-        return res->change < 0 && v <= g->threshold;
+        if (g->decrease)
+                return res->change < 0 && -v >= g->threshold;
+        return res->change > 0 && v >= g->threshold;
 }
 
 /* Every (rule, row) that trips, rules in the order given, rows in table order. */

@@ -300,7 +300,8 @@ static const char *cell_str(const struct table_column *col, const struct table_c
                 snprintf(buf, size, "%.3f", (double)c->num / 1e9);
                 return buf;
         case TABLE_SIGNED:
-                snprintf(buf, size, "%+.2f", c->real);
+                /* JSON numbers take no "+": the sign is added for text only. */
+                snprintf(buf, size, "%.2f", c->real);
                 return buf;
         case TABLE_PVALUE:
                 snprintf(buf, size, "%.2g", c->real);
@@ -311,12 +312,16 @@ static const char *cell_str(const struct table_column *col, const struct table_c
         return "";
 }
 
-/* A cell as text tables show it: booleans as "yes" or nothing. */
+/* A cell as text tables show it: booleans as "yes" or nothing, changes with their sign. */
 static const char *cell_text(const struct table_column *col, const struct table_cell *c, char *buf,
                              size_t size)
 {
         if (col->kind == TABLE_BOOL && !c->null)
                 return c->num ? "yes" : "";
+        if (col->kind == TABLE_SIGNED && !c->null) {
+                snprintf(buf, size, "%+.2f", c->real);
+                return buf;
+        }
         return cell_str(col, c, buf, size);
 }
 

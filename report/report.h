@@ -141,7 +141,7 @@ enum table_kind {
         TABLE_INT,     /* cell.num, printed plainly */
         TABLE_DECIMAL, /* cell.real, printed with two decimals (percentages, rates) */
         TABLE_SECONDS, /* cell.num nanoseconds, printed as seconds with three decimals */
-        TABLE_SIGNED,  /* cell.real, with its sign and two decimals (changes) */
+        TABLE_SIGNED,  /* cell.real, two decimals, with a "+" when positive in text (changes) */
         TABLE_PVALUE,  /* cell.real, two significant digits (probabilities) */
         TABLE_BOOL,    /* cell.num != 0: true/false in CSV and JSON, "yes" or blank in text */
 };
