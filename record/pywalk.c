@@ -7,10 +7,11 @@
  * per-sample snapshot of spans: a read not yet in the snapshot is issued and
  * kept; the spans a sample used are read again, all in one batched call, at
  * the start of the next sample. A thread whose stack did not change shape
- * then costs no read beyond that batch: its tstate, its whole current
- * data-stack chunk (3.11+, where frames live), the C-stack entry frames and
- * generator frames outside it, or its heap frames (<=3.10). Spans read in
- * the same sample are never mixed with older copies. Code objects are decoded
+ * then costs no read beyond that batch: its tstate, the used part of its
+ * current data-stack chunk (3.11+, where frames live), the C-stack entry
+ * frames and generator frames outside it, or its heap frames (<=3.10). Spans
+ * read in the same sample are never mixed with older copies; spans that lie
+ * close together are merged for the next batch. Code objects are decoded
  * once into a cache keyed by address; a hit costs no read and is re-checked
  * against the frame's instruction pointer, so a code object freed and
  * replaced at the same address is noticed.
@@ -942,7 +943,7 @@ static size_t tstate_read_len(const struct pylayout *L)
         return end;
 }
 
-/* Fetch an 8-byte field at base+off of a struct; clusters of fields share spans. */
+/* Fetch the 8-byte field at base+off (next sample's batch merges neighbouring fields). */
 static int fetch_u64(struct pywalk *w, uint64_t base, int32_t off, uint64_t *v)
 {
         return fetch(w, base + (uint64_t)off, v, 8);

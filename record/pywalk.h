@@ -20,7 +20,11 @@
 #define PYWALK_MAX_DEPTH   4096
 #define PYWALK_MAX_THREADS 4096
 
-/* A code object as decoded once and cached by the walker (owned by it). */
+/*
+ * A code object as decoded once and cached by the walker (owned by it; valid
+ * until pywalk_close()). A code object freed and replaced by another at the
+ * same address gets a new entry and a new id.
+ */
 struct pywalk_code {
         uint32_t id;           /* unique per walker, dense from 1: use it as a cache key */
         const char *name;      /* co_name, UTF-8 */
