@@ -682,11 +682,61 @@ fail:
         return rc;
 }
 
+/*
+ * Whether the cached entry still describes the object at its address. A
+ * code object can be freed and another built at the same address (modules
+ * run once and are dropped, functions are redefined): its instruction
+ * pointer may well fit the old entry, so the identity fields (first line,
+ * file, name, qualified name, line table) are compared once per sample. They
+ * are read through fetch(), so the span joins the next sample's batched
+ * prefetch: in steady state the check costs no system call of its own.
+ * Returns 0 when unchanged, 1 when changed, or a read error.
+ */
+static int code_recheck(struct pywalk *w, struct code_entry **pe);
+
+static int code_still_same(struct pywalk *w, const struct code_entry *e)
+{
+        const struct pylayout *L = &w->L;
+        const int32_t offs[] = {L->co_firstlineno, L->co_filename, L->co_name, L->co_linetable,
+                                L->co_qualname};
+        int32_t lo = INT32_MAX, hi = 0;
+        for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
+                if (offs[i] < 0)
+                        continue;
+                lo = offs[i] < lo ? offs[i] : lo;
+                hi = offs[i] + 8 > hi ? offs[i] + 8 : hi;
+        }
+        uint8_t buf[CODE_BUF];
+        if (lo >= hi || hi - lo > (int32_t)sizeof(buf))
+                return 1;
+        int rc = fetch(w, e->addr + (uint64_t)lo, buf, (size_t)(hi - lo));
+        if (rc < 0)
+                return fatal_read(rc) ? rc : 1;
+        if (rd32(buf + L->co_firstlineno - lo) != e->pub.first_line ||
+            rd64(buf + L->co_filename - lo) != e->ptr[P_FILE] ||
+            rd64(buf + L->co_name - lo) != e->ptr[P_NAME] ||
+            rd64(buf + L->co_linetable - lo) != e->ptr[P_TABLE] ||
+            (L->co_qualname >= 0 && rd64(buf + L->co_qualname - lo) != e->ptr[P_QUALNAME]))
+                return 1;
+        return 0;
+}
+
 /* The cached entry for the code object at addr, decoding it on a miss. */
 static int code_get(struct pywalk *w, uint64_t addr, struct code_entry **out)
 {
         struct code_entry *e = code_lookup(w, addr);
         if (e) {
+                if (e->checked_sample != w->sample_no) {
+                        int rc = code_still_same(w, e);
+                        if (rc < 0)
+                                return rc;
+                        if (rc > 0) {
+                                rc = code_recheck(w, &e); /* rebuilds it under a new id */
+                                if (rc < 0)
+                                        return rc;
+                        }
+                        e->checked_sample = w->sample_no;
+                }
                 *out = e;
                 return 0;
         }
