@@ -583,7 +583,8 @@ static int code_read_head(struct pywalk *w, uint64_t addr, struct code_head *h)
 {
         const struct pylayout *L = &w->L;
         uint8_t co[CODE_BUF];
-        int rc = memsrc_read(w->m, addr, co, L->co_read);
+        /* Through the snapshot: the next sample's identity check then costs no read. */
+        int rc = fetch(w, addr, co, L->co_read);
         if (rc < 0)
                 return fatal_read(rc) ? rc : PYWALK_TORN;
         uint64_t type = rd64(co + L->ob_type);

@@ -535,6 +535,45 @@ static void check_code_reuse(void **state)
         pyimg_free(&p);
 }
 
+/*
+ * The case that escaped the instruction-pointer check: a big code object
+ * (a module body run once) is freed and a smaller one is built at its
+ * address; the frame's instruction fits both. Seen live on 3.6-3.8, where a
+ * function was reported as site.py's <module>.
+ */
+static void check_code_reuse_smaller(void **state)
+{
+        const struct ver *v = *state;
+        struct pyimg p;
+        make_image(v, &p);
+        uint64_t code = mkcode(&p, "<module>", "<module>", "/lib/site.py", 1, 60, 0);
+        int t = pyimg_add_thread(&p, p.interps[0], -1);
+        uint64_t f = pyimg_push(&p, t, PYIMG_FRAME, code, 5);
+        uint64_t fresh = mkcode(&p, "work_a", "work_a", "/app/ratio.py", 14, 10, 0);
+        struct pywalk *w = open_walk(&p);
+        struct got g;
+        sample(w, &g);
+        assert_string_equal(g.t[0].f[0].name, "<module>");
+        uint32_t old_id = g.t[0].f[0].id;
+        size_t len = p.L.co_code_adaptive >= 0 ? (size_t)p.L.co_code_adaptive + 2 * 10 : p.L.co_read;
+        memcpy(img_at(p.img, code, len), img_at(p.img, fresh, len), len);
+        if (p.L.lasti == PYL_LASTI_POINTER)
+                img_u64(p.img, f + (uint64_t)p.L.fr_lasti,
+                        code + (uint64_t)p.L.co_code_adaptive + 2 * 3);
+        else
+                img_u32(p.img, f + (uint64_t)p.L.fr_lasti, p.L.lasti == PYL_LASTI_UNITS ? 3 : 6);
+        for (int i = 0; i < 2; i++) {
+                sample(w, &g);
+                assert_int_equal(g.t[0].status, 0);
+                assert_string_equal(g.t[0].f[0].name, "work_a");
+                assert_string_equal(g.t[0].f[0].file, "/app/ratio.py");
+                assert_int_equal(g.t[0].f[0].line, 18);
+                assert_true(g.t[0].f[0].id != old_id);
+        }
+        pywalk_close(w);
+        pyimg_free(&p);
+}
+
 /* ---- torn memory ---- */
 
 static int one_thread_status(struct pyimg *p, struct got *g)
@@ -910,6 +949,7 @@ static const struct scenario scenarios[] = {
     {"tlbc", check_tlbc, tlbc},
     {"nogil", check_no_gil, free_threaded},
     {"code-reuse", check_code_reuse, any},
+    {"code-reuse-smaller", check_code_reuse_smaller, any},
     {"torn-cycle", check_torn_cycle, any},
     {"torn-type", check_torn_type, any},
     {"torn-str", check_torn_strings, any},
