@@ -23,11 +23,11 @@
 /* Distinct failures of pyfind_target(), each a separate exit status for the tool. */
 enum pyfind_status {
         PYFIND_OK = 0,
-        PYFIND_NO_PROCESS = -1,   /* no such process */
-        PYFIND_PERMISSION = -2,   /* cannot read its maps or memory */
-        PYFIND_NOT_PYTHON = -3,   /* no interpreter found in the process */
-        PYFIND_UNSUPPORTED = -4,  /* a Python we cannot read (version named in the message) */
-        PYFIND_NOT_READY = -5,    /* Python found but not initialised yet: retry later */
+        PYFIND_NO_PROCESS = -1,  /* no such process */
+        PYFIND_PERMISSION = -2,  /* cannot read its maps or memory */
+        PYFIND_NOT_PYTHON = -3,  /* no interpreter found in the process */
+        PYFIND_UNSUPPORTED = -4, /* a Python we cannot read (version named in the message) */
+        PYFIND_NOT_READY = -5,   /* Python found but not initialised yet: retry later */
 };
 
 /* Where version_hex came from, best first (for messages and tests). */
@@ -52,18 +52,18 @@ struct pyfind_target {
         uint64_t load_bias;      /* runtime address = symbol value + load_bias */
 
         /* Addresses in the target; 0 when the version has no such thing. */
-        uint64_t runtime_addr;        /* _PyRuntime (3.7+) */
-        uint64_t interp_head_addr;    /* &interp_head (2.7, 3.6) */
-        uint64_t tstate_current_addr; /* &_PyThreadState_Current (2.7, 3.6) */
-        uint64_t gil_locked_addr;     /* &gil_locked (3.6, static) */
+        uint64_t runtime_addr;         /* _PyRuntime (3.7+) */
+        uint64_t interp_head_addr;     /* &interp_head (2.7, 3.6) */
+        uint64_t tstate_current_addr;  /* &_PyThreadState_Current (2.7, 3.6) */
+        uint64_t gil_locked_addr;      /* &gil_locked (3.6, static) */
         uint64_t gil_last_holder_addr; /* &gil_last_holder (3.6, static) */
-        uint64_t code_type_addr;      /* &PyCode_Type */
-        uint64_t str_type_addr;       /* &PyUnicode_Type (3.x) or &PyString_Type (2.7) */
+        uint64_t code_type_addr;       /* &PyCode_Type */
+        uint64_t str_type_addr;        /* &PyUnicode_Type (3.x) or &PyString_Type (2.7) */
 
         /* Added by pyfind: how the above were found. */
-        uint64_t runtime_size;        /* sizeof _PyRuntime from its symbol or section, 0 if unknown */
-        bool runtime_from_section;    /* runtime_addr came from the .PyRuntime section */
-        uint8_t version_source;       /* enum pyfind_version_source */
+        uint64_t runtime_size;     /* sizeof _PyRuntime from its symbol or section, 0 if unknown */
+        bool runtime_from_section; /* runtime_addr came from the .PyRuntime section */
+        uint8_t version_source;    /* enum pyfind_version_source */
 };
 
 /*

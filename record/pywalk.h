@@ -26,16 +26,16 @@
  * same address gets a new entry and a new id.
  */
 struct pywalk_code {
-        uint32_t id;           /* unique per walker, dense from 1: use it as a cache key */
-        const char *name;      /* co_name, UTF-8 */
-        const char *qualname;  /* co_qualname (3.11+), else NULL */
-        const char *file;      /* co_filename, UTF-8 */
-        int32_t first_line;    /* co_firstlineno */
+        uint32_t id;          /* unique per walker, dense from 1: use it as a cache key */
+        const char *name;     /* co_name, UTF-8 */
+        const char *qualname; /* co_qualname (3.11+), else NULL */
+        const char *file;     /* co_filename, UTF-8 */
+        int32_t first_line;   /* co_firstlineno */
 };
 
 struct pywalk_frame {
         const struct pywalk_code *code;
-        int32_t line;          /* current line, or -1 when unknown */
+        int32_t line; /* current line, or -1 when unknown */
 };
 
 /* GIL / interpreter state of one thread at sample time. */
@@ -45,16 +45,16 @@ struct pywalk_frame {
 
 struct pywalk_thread {
         uint64_t tstate_addr;
-        uint64_t thread_id;    /* threading.get_ident() (pthread_t) */
-        int64_t native_tid;    /* kernel TID in the target's PID namespace, -1 when unknown */
+        uint64_t thread_id; /* threading.get_ident() (pthread_t) */
+        int64_t native_tid; /* kernel TID in the target's PID namespace, -1 when unknown */
         int64_t interp_id;
-        unsigned gil;          /* PYWALK_GIL_* */
-        int status;            /* 0, or a negative errno / PYWALK_TORN: frames not valid */
-        uint32_t depth;        /* number of frames, leaf (innermost) first */
+        unsigned gil;   /* PYWALK_GIL_* */
+        int status;     /* 0, or a negative errno / PYWALK_TORN: frames not valid */
+        uint32_t depth; /* number of frames, leaf (innermost) first */
         struct pywalk_frame *frames;
 };
 
-#define PYWALK_TORN (-10000)   /* inconsistent read (cycle, bad type, bound hit) */
+#define PYWALK_TORN (-10000) /* inconsistent read (cycle, bad type, bound hit) */
 
 struct pywalk;
 

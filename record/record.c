@@ -60,8 +60,8 @@ struct options {
         bool blocking;
         bool dump;
         bool quiet;
-        bool subprocesses;   /* follow children and grandchildren */
-        char **command;      /* spawn mode: argv of the program */
+        bool subprocesses; /* follow children and grandchildren */
+        char **command;    /* spawn mode: argv of the program */
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -120,19 +120,19 @@ static int parse_args(int argc, char **argv, struct options *o)
 {
         enum { OPT_BLOCKING = 256, OPT_NONBLOCKING, OPT_DUMP };
         static const struct option longopts[] = {
-                {"pid", required_argument, NULL, 'p'},
-                {"output", required_argument, NULL, 'o'},
-                {"force", no_argument, NULL, 'f'},
-                {"rate", required_argument, NULL, 'r'},
-                {"duration", required_argument, NULL, 'd'},
-                {"blocking", no_argument, NULL, OPT_BLOCKING},
-                {"nonblocking", no_argument, NULL, OPT_NONBLOCKING},
-                {"dump", no_argument, NULL, OPT_DUMP},
-                {"subprocesses", no_argument, NULL, 's'},
-                {"quiet", no_argument, NULL, 'q'},
-                {"help", no_argument, NULL, 'h'},
-                {"version", no_argument, NULL, 'V'},
-                {NULL, 0, NULL, 0},
+            {"pid", required_argument, NULL, 'p'},
+            {"output", required_argument, NULL, 'o'},
+            {"force", no_argument, NULL, 'f'},
+            {"rate", required_argument, NULL, 'r'},
+            {"duration", required_argument, NULL, 'd'},
+            {"blocking", no_argument, NULL, OPT_BLOCKING},
+            {"nonblocking", no_argument, NULL, OPT_NONBLOCKING},
+            {"dump", no_argument, NULL, OPT_DUMP},
+            {"subprocesses", no_argument, NULL, 's'},
+            {"quiet", no_argument, NULL, 'q'},
+            {"help", no_argument, NULL, 'h'},
+            {"version", no_argument, NULL, 'V'},
+            {NULL, 0, NULL, 0},
         };
         o->rate_hz = 100;
         int c;
@@ -321,19 +321,19 @@ struct recording {
         struct trace_writer *w;
         struct sampler *samplers[MAX_PIDS];
         size_t n_samplers;
-        pid_t child;          /* spawn mode */
+        pid_t child; /* spawn mode */
         bool child_reaped;
         int child_status;
         uint64_t late;
         bool tty;
-        int64_t loop_cpu_ns;  /* the recorder's own CPU time while sampling */
-        uint64_t reads;       /* memory reads of samplers already closed */
+        int64_t loop_cpu_ns; /* the recorder's own CPU time while sampling */
+        uint64_t reads;      /* memory reads of samplers already closed */
         /* --subprocesses: descendants that are not (yet) Python. */
         struct candidate {
                 pid_t pid;
                 int64_t first_ns;
                 bool gave_up;
-        } *candidates;
+        } * candidates;
         size_t n_candidates, cap_candidates;
 };
 
@@ -361,8 +361,8 @@ static void status_line(struct recording *r, int64_t elapsed_ns, bool final)
                 sampler_get_stats(r->samplers[0], &st);
                 rate = st.ticks / secs;
         }
-        fprintf(stderr, "\r\033[K%s: %.1fs, %llu samples, %.1f Hz, %llu errors, %llu late%s",
-                prog, secs, (unsigned long long)samples, rate, (unsigned long long)errors,
+        fprintf(stderr, "\r\033[K%s: %.1fs, %llu samples, %.1f Hz, %llu errors, %llu late%s", prog,
+                secs, (unsigned long long)samples, rate, (unsigned long long)errors,
                 (unsigned long long)r->late, final ? "\n" : "");
 }
 
@@ -666,8 +666,7 @@ int main(int argc, char **argv)
         /* Find every interpreter before creating the file: errors come first. */
         int rc = trace_writer_create(o.output, o.force ? TRACE_CREATE_FORCE : 0, &r.w);
         if (rc < 0) {
-                fprintf(stderr, "%s: %s\n", prog,
-                        r.w ? trace_writer_errmsg(r.w) : "out of memory");
+                fprintf(stderr, "%s: %s\n", prog, r.w ? trace_writer_errmsg(r.w) : "out of memory");
                 trace_writer_free(r.w);
                 if (r.child) {
                         kill(r.child, SIGTERM);
@@ -678,12 +677,10 @@ int main(int argc, char **argv)
         int status = EXIT_OK;
         for (size_t i = 0; i < o.n_pids; i++) {
                 /* A program we started may take a while to map and start Python. */
-                int64_t wait = r.child ? (o.subprocesses ? 1000000000LL : 30000000000LL)
-                                       : 2000000000LL;
-                rc = open_sampler(&r, o.pids[i], wait, &r.samplers[r.n_samplers], err,
-                                  sizeof(err));
-                if (rc < 0 && o.subprocesses &&
-                    (rc == PYFIND_NOT_PYTHON || rc == PYFIND_NOT_READY))
+                int64_t wait =
+                    r.child ? (o.subprocesses ? 1000000000LL : 30000000000LL) : 2000000000LL;
+                rc = open_sampler(&r, o.pids[i], wait, &r.samplers[r.n_samplers], err, sizeof(err));
+                if (rc < 0 && o.subprocesses && (rc == PYFIND_NOT_PYTHON || rc == PYFIND_NOT_READY))
                         continue; /* not Python itself: its children may be */
                 if (rc < 0) {
                         fprintf(stderr, "%s: %s\n", prog, err);
@@ -711,8 +708,7 @@ int main(int argc, char **argv)
         trace_writer_set_meta_int(r.w, "missed_deadlines", (int64_t)r.late);
         trace_writer_set_meta_int(r.w, "memory_reads", (int64_t)r.reads);
         if (trace_writer_finalize(r.w) < 0) {
-                fprintf(stderr, "%s: finishing %s: %s\n", prog, o.output,
-                        trace_writer_errmsg(r.w));
+                fprintf(stderr, "%s: finishing %s: %s\n", prog, o.output, trace_writer_errmsg(r.w));
                 if (status == EXIT_OK)
                         status = EXIT_OUTPUT;
         } else if (!o.quiet && status == EXIT_OK) {

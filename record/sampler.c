@@ -26,11 +26,11 @@
 /* A Python thread we have seen, keyed by (tstate address, thread id). */
 struct sthread {
         uint64_t tstate, thread_id;
-        uint32_t ref;        /* trace thread ref, 0 when not yet registered */
-        pid_t host_tid;      /* OS tid in our namespace, -1 unknown */
-        int64_t ns_tid;      /* OS tid as the target reported it */
-        int stat_fd;         /* /proc/PID/task/TID/stat, -1 when not open */
-        int running;         /* last state read: 1 on CPU, 0 not, -1 unknown */
+        uint32_t ref;   /* trace thread ref, 0 when not yet registered */
+        pid_t host_tid; /* OS tid in our namespace, -1 unknown */
+        int64_t ns_tid; /* OS tid as the target reported it */
+        int stat_fd;    /* /proc/PID/task/TID/stat, -1 when not open */
+        int running;    /* last state read: 1 on CPU, 0 not, -1 unknown */
         uint64_t seen_tick;
 };
 
@@ -39,7 +39,7 @@ struct stack_entry {
         uint64_t hash;
         uint32_t depth;
         uint32_t stack_id;
-        size_t key_off;      /* into stack_keys: depth pairs (code id, line) */
+        size_t key_off; /* into stack_keys: depth pairs (code id, line) */
 };
 
 struct sampler {
@@ -63,13 +63,13 @@ struct sampler {
 
         struct stack_entry *stacks; /* open addressing, stack_cap slots */
         size_t stack_cap, stack_n;
-        struct pf_buf stack_keys;   /* uint32 pairs */
+        struct pf_buf stack_keys; /* uint32 pairs */
 
-        uint32_t *stack_build;      /* scratch: frame ids */
+        uint32_t *stack_build; /* scratch: frame ids */
         uint64_t tick;
         int64_t tick_ns;
         struct sampler_stats st;
-        char *err;                  /* message buffer of the current call */
+        char *err; /* message buffer of the current call */
         size_t errlen;
 };
 
@@ -100,8 +100,8 @@ static void build_string(const struct pyfind_target *t, char *buf, size_t len)
                  t->free_threaded ? ",free-threaded" : "", t->debug_build ? ",debug" : "");
 }
 
-int sampler_open(pid_t pid, struct trace_writer *w, bool blocking, struct sampler **out,
-                 char *err, size_t errlen)
+int sampler_open(pid_t pid, struct trace_writer *w, bool blocking, struct sampler **out, char *err,
+                 size_t errlen)
 {
         struct sampler *s = calloc(1, sizeof(*s));
         if (!s) {
@@ -131,10 +131,10 @@ int sampler_open(pid_t pid, struct trace_writer *w, bool blocking, struct sample
                 if (procfs_cmdline(pid, cmdline, sizeof(cmdline)) < 0)
                         cmdline[0] = 0;
                 struct trace_process_desc pd = {
-                        .pid = pid,
-                        .cmdline = cmdline[0] ? cmdline : NULL,
-                        .python_version = s->version,
-                        .python_build = s->build,
+                    .pid = pid,
+                    .cmdline = cmdline[0] ? cmdline : NULL,
+                    .python_version = s->version,
+                    .python_build = s->build,
                 };
                 if (trace_writer_add_process(w, &pd) < 0) {
                         snprintf(err, errlen, "%s", trace_writer_errmsg(w));
@@ -220,10 +220,10 @@ static int thread_register(struct sampler *s, struct sthread *t)
         if (t->ref || !s->w)
                 return 0;
         struct trace_thread_desc d = {
-                .pid = s->pid,
-                .tid = t->host_tid,
-                .python_thread_id = t->thread_id,
-                .name = NULL,
+            .pid = s->pid,
+            .tid = t->host_tid,
+            .python_thread_id = t->thread_id,
+            .name = NULL,
         };
         return trace_writer_add_thread(s->w, &d, &t->ref);
 }
@@ -282,12 +282,12 @@ static int frame_id(struct sampler *s, const struct pywalk_frame *f, uint32_t *o
                 j = (j + 1) & (s->frame_cap - 1);
         }
         struct trace_frame_desc d = {
-                .function = f->code->name,
-                .qualname = f->code->qualname,
-                .file = f->code->file,
-                .line = f->line,
-                .first_line = f->code->first_line,
-                .kind = TRACE_FRAME_PYTHON,
+            .function = f->code->name,
+            .qualname = f->code->qualname,
+            .file = f->code->file,
+            .line = f->line,
+            .first_line = f->code->first_line,
+            .kind = TRACE_FRAME_PYTHON,
         };
         uint32_t id;
         int rc = trace_writer_intern_frame(s->w, &d, &id);
@@ -305,7 +305,7 @@ static uint64_t stack_hash(const struct pywalk_thread *th)
         uint64_t h = th->depth;
         for (uint32_t i = 0; i < th->depth; i++)
                 h = pf_hash_u64(h, (uint64_t)th->frames[i].code->id << 32 |
-                                           (uint32_t)th->frames[i].line);
+                                       (uint32_t)th->frames[i].line);
         return h;
 }
 
@@ -406,10 +406,9 @@ static int on_thread(void *ctx, const struct pywalk_thread *th)
                 else
                         s->st.read_errors++;
                 if (s->w)
-                        trace_writer_count_error(s->w, s->pid,
-                                                 th->status == PYWALK_TORN ? TRACE_ERROR_TORN
-                                                                           : TRACE_ERROR_READ,
-                                                 1);
+                        trace_writer_count_error(
+                            s->w, s->pid,
+                            th->status == PYWALK_TORN ? TRACE_ERROR_TORN : TRACE_ERROR_READ, 1);
                 return 0;
         }
         /* In blocking mode the stopper read the state before it stopped anything. */
@@ -488,7 +487,10 @@ static int dump_thread(void *ctx, const struct pywalk_thread *th)
         fprintf(d->out, "Thread %#llx", (unsigned long long)th->thread_id);
         if (t->host_tid > 0)
                 fprintf(d->out, " (tid %d)", (int)t->host_tid);
-        fprintf(d->out, " %s%s\n", running == 1 ? "active" : running == 0 ? "idle" : "",
+        fprintf(d->out, " %s%s\n",
+                running == 1   ? "active"
+                : running == 0 ? "idle"
+                               : "",
                 (th->gil & PYWALK_GIL_HELD) ? ", holding the GIL" : "");
         if (th->status != 0) {
                 fprintf(d->out, "    <stack could not be read consistently>\n");

@@ -22,11 +22,11 @@
 struct sampler;
 
 struct sampler_stats {
-        uint64_t ticks;        /* sampling passes over this process */
-        uint64_t samples;      /* thread samples written */
-        uint64_t torn;         /* thread samples dropped as inconsistent */
-        uint64_t read_errors;  /* thread samples dropped for a failed read */
-        uint64_t reads;        /* memory reads issued by the walker */
+        uint64_t ticks;       /* sampling passes over this process */
+        uint64_t samples;     /* thread samples written */
+        uint64_t torn;        /* thread samples dropped as inconsistent */
+        uint64_t read_errors; /* thread samples dropped for a failed read */
+        uint64_t reads;       /* memory reads issued by the walker */
 };
 
 /*
@@ -35,8 +35,8 @@ struct sampler_stats {
  * *out; on failure returns a negative enum pyfind_status and writes a
  * one-line message into err. `blocking` stops the threads for each sample.
  */
-int sampler_open(pid_t pid, struct trace_writer *w, bool blocking, struct sampler **out,
-                 char *err, size_t errlen);
+int sampler_open(pid_t pid, struct trace_writer *w, bool blocking, struct sampler **out, char *err,
+                 size_t errlen);
 
 /*
  * Take one sample of every thread at monotonic time `t_ns`. Returns 0, or

@@ -67,8 +67,8 @@ static int wait_event_stop(pid_t tid, bool leader, long long deadline)
         for (;;) {
                 siginfo_t si;
                 memset(&si, 0, sizeof(si));
-                if (waitid(P_PID, (id_t)tid, &si,
-                           WEXITED | WSTOPPED | WNOHANG | WNOWAIT | __WALL) < 0) {
+                if (waitid(P_PID, (id_t)tid, &si, WEXITED | WSTOPPED | WNOHANG | WNOWAIT | __WALL) <
+                    0) {
                         if (errno == EINTR)
                                 continue;
                         return -ESRCH;

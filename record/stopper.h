@@ -21,10 +21,10 @@
 /* A thread of the target as seen at the last stopper_stop(). */
 struct stopper_thread {
         pid_t tid;
-        int stat_fd;      /* /proc/PID/task/TID/stat, kept open across samples */
-        int state;        /* state letter read before stopping, or -1 */
-        int held;         /* 1 while seized and stopped */
-        unsigned seen;    /* generation, to drop threads that exited */
+        int stat_fd;   /* /proc/PID/task/TID/stat, kept open across samples */
+        int state;     /* state letter read before stopping, or -1 */
+        int held;      /* 1 while seized and stopped */
+        unsigned seen; /* generation, to drop threads that exited */
 };
 
 struct stopper {
@@ -32,7 +32,7 @@ struct stopper {
         struct stopper_thread *threads;
         size_t n, cap;
         unsigned generation;
-        unsigned long long stops;   /* samples taken with threads held */
+        unsigned long long stops;    /* samples taken with threads held */
         unsigned long long timeouts; /* threads that did not stop in time */
 };
 

@@ -555,7 +555,8 @@ static void check_code_reuse_smaller(void **state)
         sample(w, &g);
         assert_string_equal(g.t[0].f[0].name, "<module>");
         uint32_t old_id = g.t[0].f[0].id;
-        size_t len = p.L.co_code_adaptive >= 0 ? (size_t)p.L.co_code_adaptive + 2 * 10 : p.L.co_read;
+        size_t len =
+            p.L.co_code_adaptive >= 0 ? (size_t)p.L.co_code_adaptive + 2 * 10 : p.L.co_read;
         memcpy(img_at(p.img, code, len), img_at(p.img, fresh, len), len);
         if (p.L.lasti == PYL_LASTI_POINTER)
                 img_u64(p.img, f + (uint64_t)p.L.fr_lasti,
