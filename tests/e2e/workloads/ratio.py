@@ -1,23 +1,27 @@
-# Splits CPU time between two functions in a known ratio, 3:1, by wall
-# clock slices, so a uniform slowdown from the profiler keeps the ratio.
+# Splits CPU time between two functions in a known ratio, 3:1, by doing
+# three times as many iterations of the same loop in one as in the other.
+# Work is counted in iterations, not in wall-clock time, so that preemption
+# on a loaded machine (which stretches whichever call it lands in) cannot
+# move the true ratio.
 import sys
 import time
 
+N = 20000
 
-def spin(seconds):
-    end = time.time() + seconds
+
+def spin(n):
     x = 0
-    while time.time() < end:
-        x += 1
+    for i in range(n):
+        x += i
     return x
 
 
 def work_a():
-    spin(0.030)
+    spin(3 * N)
 
 
 def work_b():
-    spin(0.010)
+    spin(N)
 
 
 def main():

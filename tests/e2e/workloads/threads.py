@@ -28,7 +28,7 @@ def worker_three():
 
 def sleeper():
     while time.time() < DEADLINE:
-        time.sleep(0.05)
+        time.sleep(min(0.25, max(0.0, DEADLINE - time.time())))
 
 
 def main():
