@@ -58,9 +58,23 @@ def record(args, pid, rate, secs, blocking, db):
     return info(args.report, db)
 
 
+def wake_floor():
+    """CPU time one timer wake-up costs on this machine (us), from a C-free
+    measurement: 2000 sleeps of 1 ms by this Python process."""
+    import resource
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    for _ in range(2000):
+        time.sleep(0.001)
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    return ((r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)) / 2000 * 1e6
+
+
 def cpu_per_sample(args, py, tmp):
-    print("\n## Recorder CPU time per sample (%s)" % py)
-    print("%-6s %-12s %10s %12s %10s" % ("depth", "mode", "samples", "us/sample", "reads/smp"))
+    print("\n## Recorder cost per sample at 1 kHz (%s)" % py)
+    print("work: wall time inside sampling passes (reads, walk, trace), per sample;")
+    print("total: the recorder's CPU time while sampling, per sample, timer wake-ups included")
+    print("%-6s %-12s %8s %10s %10s %10s" % ("depth", "mode", "samples", "work us", "total us",
+                                           "reads/smp"))
     rows = []
     for depth in (30, 100):
         w = start_workload(py, depth)
@@ -70,11 +84,14 @@ def cpu_per_sample(args, py, tmp):
                 inf = record(args, w.pid, 1000, args.secs, blocking, db)
                 samples = inf["samples"]
                 cpu = meta_int(inf, "recorder_cpu_ns")
+                work = meta_int(inf, "sampling_ns")
                 reads = meta_int(inf, "memory_reads")
                 us = cpu / samples / 1000.0 if samples else float("nan")
+                wus = work / samples / 1000.0 if samples and work else float("nan")
                 rps = reads / samples if samples and reads is not None else float("nan")
                 mode = "blocking" if blocking else "nonblocking"
-                print("%-6d %-12s %10d %12.2f %10.2f" % (depth, mode, samples, us, rps))
+                print("%-6d %-12s %8d %10.2f %10.2f %10.2f" % (depth, mode, samples, wus, us,
+                                                             rps))
                 rows.append((depth, mode, us))
         finally:
             w.kill()
@@ -159,7 +176,9 @@ def main():
                           if os.path.exists(os.path.join(root, v, "bin", "python"))]
     skip = set(args.skip.split(","))
     tmp = tempfile.mkdtemp(prefix="pyflame-bench-")
-    print("pyflame-record benchmark, %s" % time.strftime("%Y-%m-%d %H:%M"))
+    print("pyflame-record benchmark, %s; load average %.2f" % (time.strftime("%Y-%m-%d %H:%M"),
+                                                              os.getloadavg()[0]))
+    print("one timer wake-up costs %.1f us of CPU on this machine" % wake_floor())
     for py in pys:
         if "cpu" not in skip:
             cpu_per_sample(args, py, tmp)
