@@ -11,6 +11,11 @@
  * snapshot: the file may still be growing (a live recording), and later
  * chunks could name stacks we did not load.
  *
+ * Merged traces (trace_writer_add_recording) add the recordings and
+ * recording_meta tables and two columns of processes; files written before
+ * those existed lack them, and are read as one recording described by
+ * their meta.
+ *
  * Samples are never loaded wholesale. trace_reader_foreach_sample() steps
  * through the chunk rows of the snapshot in id order, lets SQL skip the
  * chunks outside the time window, skips chunks of unwanted threads without
@@ -56,6 +61,22 @@ struct rprocess {
         char *cmdline, *python_version, *python_build;
         int exit_status;
         int64_t end_ns;
+        uint32_t recording; /* 0: the trace's only recording */
+        int32_t source_pid; /* 0: same as pid */
+};
+
+struct rrecording {
+        char *file, *host;
+        int64_t start_wall_ns, duration_ns, offset_ns;
+        uint64_t samples;
+        char **meta_keys, **meta_values;
+        size_t n_meta, cap_meta;
+};
+
+struct rerror {
+        int32_t pid;
+        unsigned kind;
+        uint64_t count;
 };
 
 struct trace_reader {
@@ -82,7 +103,13 @@ struct trace_reader {
         struct rprocess *processes;
         uint32_t n_processes;
 
+        /* Rows of the recordings table: ids 1..n; none for a single recording. */
+        struct rrecording *recordings;
+        uint32_t n_recordings;
+
         uint64_t errors[TRACE_ERROR_KIND_COUNT];
+        struct rerror *error_rows;
+        size_t n_error_rows;
         int64_t max_chunk_id;
         uint64_t n_samples;
         bool loaded; /* open succeeded: the handle is more than a message */
@@ -295,6 +322,26 @@ static int check_schema(struct trace_reader *r)
 /* ------------------------------------------------------------------ */
 /* Loading                                                             */
 /* ------------------------------------------------------------------ */
+
+/* Does the schema have table `table` (with column `column`, when not NULL)? */
+static int schema_has(struct trace_reader *r, const char *table, const char *column, bool *has)
+{
+        sqlite3_stmt *st;
+        const char *sql = column ? "SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2"
+                                 : "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?1";
+        int rc = sqlite3_prepare_v2(r->db, sql, -1, &st, NULL);
+        if (rc != SQLITE_OK)
+                return fail_sqlite(r, rc, "reading the schema");
+        sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
+        if (column)
+                sqlite3_bind_text(st, 2, column, -1, SQLITE_STATIC);
+        rc = sqlite3_step(st);
+        sqlite3_finalize(st);
+        if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+                return fail_sqlite(r, rc, "reading the schema");
+        *has = rc == SQLITE_ROW;
+        return 0;
+}
 
 /* Prepare `sql` and count its rows with `count_sql`; sets *n. */
 static int prepare(struct trace_reader *r, const char *sql, sqlite3_stmt **st, const char *what)
@@ -564,11 +611,16 @@ static int load_processes(struct trace_reader *r)
 {
         uint32_t n;
         sqlite3_stmt *st;
+        bool origin = false;
         int rc = count_rows(r, "processes", &n);
-        if (rc < 0 || (rc = prepare(r,
-                                    "SELECT pid, cmdline, python_version, python_build, "
-                                    "exit_status, end_ns FROM processes ORDER BY pid",
-                                    &st, "processes")) < 0)
+        if (rc < 0 || (rc = schema_has(r, "processes", "source_pid", &origin)) < 0 ||
+            (rc = prepare(r,
+                          origin ? "SELECT pid, cmdline, python_version, python_build, "
+                                   "exit_status, end_ns, recording, source_pid FROM processes "
+                                   "ORDER BY pid"
+                                 : "SELECT pid, cmdline, python_version, python_build, "
+                                   "exit_status, end_ns, NULL, NULL FROM processes ORDER BY pid",
+                          &st, "processes")) < 0)
                 return rc;
         r->processes = calloc(n ? n : 1, sizeof(*r->processes));
         if (!r->processes) {
@@ -576,21 +628,26 @@ static int load_processes(struct trace_reader *r)
                 return fail_nomem(r);
         }
         while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-                int64_t pid, status, end;
+                int64_t pid, status, end, recording, source_pid;
                 if (r->n_processes >= n) {
                         sqlite3_finalize(st);
                         return corrupt(r, "process table changed while reading");
                 }
                 if (!col_int(st, 0, 1, INT32_MAX, &pid) ||
                     !col_int_or_null(st, 4, 0, INT32_MAX, -1, &status) ||
-                    !col_int_or_null(st, 5, -CHUNK_TIME_LIMIT, CHUNK_TIME_LIMIT, -1, &end)) {
+                    !col_int_or_null(st, 5, -CHUNK_TIME_LIMIT, CHUNK_TIME_LIMIT, -1, &end) ||
+                    !col_int_or_null(st, 6, 1, r->n_recordings, 0, &recording) ||
+                    !col_int_or_null(st, 7, 1, INT32_MAX, 0, &source_pid)) {
                         sqlite3_finalize(st);
-                        return corrupt(r, "a process row has a bad pid, status or end time");
+                        return corrupt(r, "a process row has a bad pid, status, end time or "
+                                          "origin");
                 }
                 struct rprocess *p = &r->processes[r->n_processes++];
                 p->pid = (int32_t)pid;
                 p->exit_status = (int)status;
                 p->end_ns = end;
+                p->recording = (uint32_t)recording;
+                p->source_pid = (int32_t)source_pid;
                 if (!col_strdup(st, 1, &p->cmdline) || !col_strdup(st, 2, &p->python_version) ||
                     !col_strdup(st, 3, &p->python_build)) {
                         sqlite3_finalize(st);
@@ -660,22 +717,119 @@ static int load_threads(struct trace_reader *r)
 static int load_errors(struct trace_reader *r)
 {
         sqlite3_stmt *st;
-        int rc = prepare(r, "SELECT kind, count FROM errors", &st, "errors");
-        if (rc < 0)
+        uint32_t n;
+        int rc = count_rows(r, "errors", &n);
+        if (rc < 0 || (rc = prepare(r, "SELECT kind, count, pid FROM errors", &st, "errors")) < 0)
                 return rc;
+        r->error_rows = calloc(n ? n : 1, sizeof(*r->error_rows));
+        if (!r->error_rows) {
+                sqlite3_finalize(st);
+                return fail_nomem(r);
+        }
         while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-                int64_t kind, count;
-                if (!col_int(st, 0, 0, INT64_MAX, &kind) || !col_int(st, 1, 0, INT64_MAX, &count)) {
+                int64_t kind, count, pid;
+                if (!col_int(st, 0, 0, INT64_MAX, &kind) || !col_int(st, 1, 0, INT64_MAX, &count) ||
+                    !col_int(st, 2, 0, INT32_MAX, &pid)) {
                         sqlite3_finalize(st);
                         return corrupt(r, "an error count is not a non-negative integer");
+                }
+                if (r->n_error_rows >= n) {
+                        sqlite3_finalize(st);
+                        return corrupt(r, "error table changed while reading");
                 }
                 /* Kinds added by later versions count as "other". */
                 if (kind >= TRACE_ERROR_KIND_COUNT)
                         kind = TRACE_ERROR_OTHER;
                 uint64_t *e = &r->errors[kind];
                 *e = (uint64_t)count > UINT64_MAX - *e ? UINT64_MAX : *e + (uint64_t)count;
+                r->error_rows[r->n_error_rows++] =
+                    (struct rerror){(int32_t)pid, (unsigned)kind, (uint64_t)count};
         }
         return end_rows(r, st, rc, "reading errors");
+}
+
+static int load_recordings(struct trace_reader *r)
+{
+        bool has = false;
+        uint32_t n;
+        sqlite3_stmt *st;
+        int rc = schema_has(r, "recordings", NULL, &has);
+        if (rc < 0 || !has)
+                return rc;
+        if ((rc = count_rows(r, "recordings", &n)) < 0 ||
+            (rc = prepare(r,
+                          "SELECT id, file, host, start_wall_ns, duration_ns, offset_ns, samples "
+                          "FROM recordings ORDER BY id",
+                          &st, "recordings")) < 0)
+                return rc;
+        r->recordings = calloc(n ? n : 1, sizeof(*r->recordings));
+        if (!r->recordings) {
+                sqlite3_finalize(st);
+                return fail_nomem(r);
+        }
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                uint32_t i = r->n_recordings;
+                int64_t id, start, duration, offset, samples;
+                if (i >= n || !col_int(st, 0, i + 1, i + 1, &id) ||
+                    !col_int_or_null(st, 3, INT64_MIN, INT64_MAX, -1, &start) ||
+                    !col_int_or_null(st, 4, 0, INT64_MAX, -1, &duration) ||
+                    !col_int(st, 5, -CHUNK_TIME_LIMIT, CHUNK_TIME_LIMIT, &offset) ||
+                    !col_int(st, 6, 0, INT64_MAX, &samples)) {
+                        sqlite3_finalize(st);
+                        return corrupt(r, "recording %u has a bad id, time or count", i + 1);
+                }
+                struct rrecording *rec = &r->recordings[i];
+                r->n_recordings = i + 1; /* so that close frees what was read */
+                rec->start_wall_ns = start;
+                rec->duration_ns = duration;
+                rec->offset_ns = offset;
+                rec->samples = (uint64_t)samples;
+                if (!col_strdup(st, 1, &rec->file) || !col_strdup(st, 2, &rec->host)) {
+                        sqlite3_finalize(st);
+                        return fail_nomem(r);
+                }
+        }
+        if ((rc = end_rows(r, st, rc, "reading recordings")) < 0)
+                return rc;
+        if (r->n_recordings != n)
+                return corrupt(r, "recording table changed while reading");
+        if ((rc = schema_has(r, "recording_meta", NULL, &has)) < 0 || !has)
+                return rc;
+        if ((rc = prepare(r, "SELECT recording, key, value FROM recording_meta", &st,
+                          "recording meta")) < 0)
+                return rc;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                int64_t id;
+                char *k = NULL, *v = NULL;
+                if (!col_int(st, 0, 1, n, &id) || sqlite3_column_type(st, 1) != SQLITE_TEXT) {
+                        sqlite3_finalize(st);
+                        return corrupt(r, "recording meta names no recording, or no key");
+                }
+                struct rrecording *rec = &r->recordings[id - 1];
+                if (rec->n_meta == rec->cap_meta) {
+                        size_t cap = rec->cap_meta ? 2 * rec->cap_meta : 16;
+                        char **keys = reallocarray(rec->meta_keys, cap, sizeof(*keys));
+                        if (keys)
+                                rec->meta_keys = keys;
+                        char **values =
+                            keys ? reallocarray(rec->meta_values, cap, sizeof(*values)) : NULL;
+                        if (values)
+                                rec->meta_values = values;
+                        if (!keys || !values) {
+                                sqlite3_finalize(st);
+                                return fail_nomem(r);
+                        }
+                        rec->cap_meta = cap;
+                }
+                if (!col_strdup(st, 1, &k) || !col_strdup(st, 2, &v)) {
+                        free(k);
+                        sqlite3_finalize(st);
+                        return fail_nomem(r);
+                }
+                rec->meta_keys[rec->n_meta] = k;
+                rec->meta_values[rec->n_meta++] = v;
+        }
+        return end_rows(r, st, rc, "reading recording meta");
 }
 
 static int load_chunk_totals(struct trace_reader *r)
@@ -765,8 +919,9 @@ static int load(struct trace_reader *r)
                 return rc;
         if ((rc = check_schema(r)) < 0 || (rc = load_meta(r)) < 0 || (rc = load_strings(r)) < 0 ||
             (rc = load_frames(r)) < 0 || (rc = load_stacks(r)) < 0 ||
-            (rc = load_processes(r)) < 0 || (rc = load_threads(r)) < 0 ||
-            (rc = load_errors(r)) < 0 || (rc = load_chunk_totals(r)) < 0) {
+            (rc = load_recordings(r)) < 0 || (rc = load_processes(r)) < 0 ||
+            (rc = load_threads(r)) < 0 || (rc = load_errors(r)) < 0 ||
+            (rc = load_chunk_totals(r)) < 0) {
                 sqlite3_exec(r->db, "ROLLBACK", NULL, NULL, NULL);
                 return rc;
         }
@@ -824,6 +979,19 @@ TRACE_API void trace_reader_close(struct trace_reader *r)
                 free(r->processes[i].python_build);
         }
         free(r->processes);
+        for (uint32_t i = 0; i < r->n_recordings; i++) {
+                struct rrecording *rec = &r->recordings[i];
+                free(rec->file);
+                free(rec->host);
+                for (size_t k = 0; k < rec->n_meta; k++) {
+                        free(rec->meta_keys[k]);
+                        free(rec->meta_values[k]);
+                }
+                free(rec->meta_keys);
+                free(rec->meta_values);
+        }
+        free(r->recordings);
+        free(r->error_rows);
         free(r->path);
         free(r);
 }
@@ -1005,6 +1173,79 @@ TRACE_API int trace_reader_process_at(const struct trace_reader *r, uint32_t i,
         out->exit_status = p->exit_status;
         out->end_ns = p->end_ns;
         return 0;
+}
+
+TRACE_API int trace_reader_process_origin(const struct trace_reader *r, uint32_t i,
+                                          uint32_t *recording_id, int32_t *source_pid)
+{
+        if (!r || i >= r->n_processes)
+                return TRACE_ERR_ARG;
+        const struct rprocess *p = &r->processes[i];
+        if (recording_id)
+                *recording_id = p->recording ? p->recording : 1;
+        if (source_pid)
+                *source_pid = p->source_pid ? p->source_pid : p->pid;
+        return 0;
+}
+
+TRACE_API uint32_t trace_reader_recording_count(const struct trace_reader *r)
+{
+        if (!r || !r->loaded)
+                return 0;
+        return r->n_recordings ? r->n_recordings : 1;
+}
+
+TRACE_API int trace_reader_recording_at(const struct trace_reader *r, uint32_t i,
+                                        struct trace_recording *out)
+{
+        if (!r || !out || !r->loaded || i >= trace_reader_recording_count(r))
+                return TRACE_ERR_ARG;
+        if (r->n_recordings) {
+                const struct rrecording *rec = &r->recordings[i];
+                *out = (struct trace_recording){
+                    i + 1,          rec->file,   rec->host, rec->start_wall_ns, rec->duration_ns,
+                    rec->offset_ns, rec->samples};
+                return 0;
+        }
+        /* A single recording: its meta describes it. */
+        struct trace_recording one = {.id = 1, .start_wall_ns = -1, .duration_ns = -1};
+        int64_t v;
+        one.host = trace_reader_meta(r, TRACE_META_HOST);
+        if (meta_int(r, TRACE_META_START_WALL_NS, &v))
+                one.start_wall_ns = v;
+        if (meta_int(r, TRACE_META_DURATION_NS, &v) && v >= 0)
+                one.duration_ns = v;
+        one.samples = r->n_samples;
+        *out = one;
+        return 0;
+}
+
+TRACE_API bool trace_reader_recording_meta_at(const struct trace_reader *r, uint32_t id, size_t i,
+                                              const char **key, const char **value)
+{
+        if (!r || !r->loaded || id == 0 || id > trace_reader_recording_count(r))
+                return false;
+        if (!r->n_recordings)
+                return trace_reader_meta_at(r, i, key, value);
+        const struct rrecording *rec = &r->recordings[id - 1];
+        if (i >= rec->n_meta)
+                return false;
+        if (key)
+                *key = rec->meta_keys[i];
+        if (value)
+                *value = rec->meta_values[i];
+        return true;
+}
+
+bool trace_reader_error_at(const struct trace_reader *r, size_t i, int32_t *pid, unsigned *kind,
+                           uint64_t *count)
+{
+        if (!r || i >= r->n_error_rows)
+                return false;
+        *pid = r->error_rows[i].pid;
+        *kind = r->error_rows[i].kind;
+        *count = r->error_rows[i].count;
+        return true;
 }
 
 /* ------------------------------------------------------------------ */

@@ -218,11 +218,34 @@ TRACE_API int trace_writer_finalize(struct trace_writer *w);
 /* Release the writer (finalizing is not implied: call finalize first). NULL is fine. */
 TRACE_API void trace_writer_free(struct trace_writer *w);
 
+struct trace_reader;
+
+/*
+ * Merging. Copy everything `src` holds (processes, threads, frames, stacks,
+ * every sample, error counts) into `w` as one more recording, whose time 0
+ * is placed at `offset_ns` on w's time line (0 aligns recordings at their
+ * starts; differences of their meta start_wall_ns align them by wall
+ * clock). `file` names the source in the recordings table (may be NULL).
+ * The source's meta is kept whole in recording_meta. A source that is
+ * itself merged brings its recordings along, their offsets shifted by
+ * offset_ns. A pid that an earlier recording already used gets a new,
+ * made-up pid above 4194304 (schema/trace.sql); its source pid is kept.
+ *
+ * Meant for a writer that only merges: trace_writer_finalize() then sets
+ * the merged trace's times and summary meta from its recordings (start the
+ * earliest, duration to the latest end, host and the like the distinct
+ * values joined, rate_hz only when common).
+ *
+ * Returns 0, or a negative status with the message on `w` (a failure
+ * reading `src` is reported there too, with the source's message); after a
+ * failure the writer may hold part of the source: discard the output.
+ */
+TRACE_API int trace_writer_add_recording(struct trace_writer *w, struct trace_reader *src,
+                                         const char *file, int64_t offset_ns);
+
 /* ------------------------------------------------------------------ */
 /* Reader                                                              */
 /* ------------------------------------------------------------------ */
-
-struct trace_reader;
 
 /*
  * Open a trace for reading. Checks that the file exists, is SQLite, is a
@@ -304,6 +327,42 @@ struct trace_process {
 TRACE_API uint32_t trace_reader_process_count(const struct trace_reader *r);
 TRACE_API int trace_reader_process_at(const struct trace_reader *r, uint32_t i,
                                       struct trace_process *out);
+
+/*
+ * Where the samples came from. A trace written by one recorder is one
+ * recording (id 1, described by the trace's meta: file NULL, offset 0); a
+ * merged trace has one per source. Always at least one.
+ */
+struct trace_recording {
+        uint32_t id;           /* 1..count */
+        const char *file;      /* the file it was merged from; NULL for the trace itself */
+        const char *host;      /* NULL when unknown */
+        int64_t start_wall_ns; /* wall clock at its start, ns since the epoch; -1 unknown */
+        int64_t duration_ns;   /* -1 when unknown */
+        int64_t offset_ns;     /* where its time 0 lies on this trace's time line */
+        uint64_t samples;
+};
+TRACE_API uint32_t trace_reader_recording_count(const struct trace_reader *r);
+/* i-th recording, 0 <= i < recording_count (its id is i + 1). Strings owned by the reader. */
+TRACE_API int trace_reader_recording_at(const struct trace_reader *r, uint32_t i,
+                                        struct trace_recording *out);
+/*
+ * The meta of recording `id` as its own file had it: the i-th key and value
+ * (for a trace that is one recording, its meta). False past the end or for
+ * an unknown id. Pointers owned by the reader.
+ */
+TRACE_API bool trace_reader_recording_meta_at(const struct trace_reader *r, uint32_t id, size_t i,
+                                              const char **key, const char **value);
+/*
+ * The origin of the i-th process (as trace_reader_process_at): its recording
+ * id and its pid on that recording's host (for a trace that is one
+ * recording: 1 and its pid). Either pointer may be NULL. Returns 0 or
+ * TRACE_ERR_ARG. A function of its own, not fields of struct trace_process,
+ * so that programs built against the first version of this header still
+ * link and run.
+ */
+TRACE_API int trace_reader_process_origin(const struct trace_reader *r, uint32_t i,
+                                          uint32_t *recording_id, int32_t *source_pid);
 
 /*
  * Which samples to visit. Zero-initialise, then set what you need:

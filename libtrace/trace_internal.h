@@ -8,6 +8,7 @@
 #ifndef PYFLAME_TRACE_INTERNAL_H
 #define PYFLAME_TRACE_INTERNAL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "trace.h"
@@ -36,5 +37,35 @@ int trace_status_from_sqlite(int sqlite_rc);
  */
 void trace_writer_set_flush_interval(struct trace_writer *w, int64_t interval_ns);
 void trace_writer_set_chunk_max(struct trace_writer *w, uint32_t samples);
+
+/*
+ * What merging (merge.c) needs of the writer and the reader beyond the
+ * public API. The writer's functions return 0 or a negative status with the
+ * message on the writer, like the public ones.
+ */
+
+/* Set the writer's message and return `status`. */
+int trace_writer_fail(struct trace_writer *w, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The writer's time origin: CLOCK_MONOTONIC at create (meta start_mono_ns). */
+int64_t trace_writer_origin_ns(const struct trace_writer *w);
+/* Has a process with this pid been added? */
+bool trace_writer_has_process(const struct trace_writer *w, int32_t pid);
+/* Record where process `pid` came from (processes.recording and source_pid). */
+int trace_writer_set_process_origin(struct trace_writer *w, int32_t pid, uint32_t recording,
+                                    int32_t source_pid);
+/*
+ * Add a row to recordings (desc->id is ignored; the new id, 1.., is set in
+ * *id) and then its meta with trace_writer_add_recording_meta. Strings are
+ * copied; a value that is a canonical decimal integer is stored as INTEGER.
+ */
+int trace_writer_new_recording(struct trace_writer *w, const struct trace_recording *desc,
+                               uint32_t *id);
+int trace_writer_add_recording_meta(struct trace_writer *w, uint32_t id, const char *key,
+                                    const char *value);
+
+/* The i-th row of the errors table: pid (0: the recorder), kind (folded), count. */
+bool trace_reader_error_at(const struct trace_reader *r, size_t i, int32_t *pid, unsigned *kind,
+                           uint64_t *count);
 
 #endif

@@ -22,6 +22,10 @@
  * only an operating-system crash can damage the file.
  *
  * A writer is not thread-safe; the recorder drives it from one thread.
+ *
+ * A writer that merges traces (merge.c, trace_writer_add_recording) also
+ * keeps the recordings it was given and their meta, and at finalize takes
+ * the trace's times and summary meta from them instead of from its clock.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -90,6 +94,20 @@ struct wprocess {
         int64_t end_ns;
         bool ended;
         bool dirty;
+        uint32_t recording; /* 0: not merged (NULL on disk) */
+        int32_t source_pid; /* 0: not merged */
+};
+
+/* A source recording of a merged trace. */
+struct wrecording {
+        char *file, *host;
+        int64_t start_wall_ns, duration_ns, offset_ns; /* start, duration -1: unknown */
+        uint64_t samples;
+        struct wmeta_pair {
+                char *key, *value;
+        } * meta;
+        size_t n_meta, cap_meta;
+        bool dirty;
 };
 
 struct werrors {
@@ -125,6 +143,8 @@ enum {
         ST_SCOUNT,
         ST_ERRORS,
         ST_META,
+        ST_RECORDING,
+        ST_RECORDING_META,
         ST_COUNT
 };
 
@@ -134,7 +154,8 @@ static const char *const statement_sql[ST_COUNT] = {
                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     [ST_STACK] = "INSERT INTO stacks(id, parent, frame, depth) VALUES (?1, ?2, ?3, ?4)",
     [ST_PROCESS] = "INSERT OR REPLACE INTO processes(pid, cmdline, python_version, "
-                   "python_build, exit_status, end_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                   "python_build, exit_status, end_ns, recording, source_pid) "
+                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     [ST_THREAD] = "INSERT OR REPLACE INTO threads(ref, pid, tid, python_thread_id, name, "
                   "first_ns, last_ns, samples) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     [ST_CHUNK] = "INSERT INTO sample_chunks(thread, first_ns, last_ns, count, data) "
@@ -143,6 +164,10 @@ static const char *const statement_sql[ST_COUNT] = {
                   "VALUES (?1, ?2, ?3)",
     [ST_ERRORS] = "INSERT OR REPLACE INTO errors(pid, kind, count) VALUES (?1, ?2, ?3)",
     [ST_META] = "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
+    [ST_RECORDING] = "INSERT OR REPLACE INTO recordings(id, file, host, start_wall_ns, "
+                     "duration_ns, offset_ns, samples) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    [ST_RECORDING_META] = "INSERT OR REPLACE INTO recording_meta(recording, key, value) "
+                          "VALUES (?1, ?2, ?3)",
 };
 
 enum writer_state { W_OPEN, W_FINALIZED, W_FAILED };
@@ -190,6 +215,10 @@ struct trace_writer {
         uint64_t errors_total;
         struct wmeta *meta;
         size_t n_meta, cap_meta;
+
+        /* Recordings of a merged trace: ids 1..n_recordings at index id - 1. */
+        struct wrecording *recordings;
+        size_t n_recordings, cap_recordings;
 
         uint64_t samples_total;
 
@@ -837,6 +866,49 @@ static int write_chunk(struct trace_writer *w, uint32_t thread, const struct chu
         return run(st);
 }
 
+/* A canonical decimal integer ("-12", not "012" or "+1"): stored as INTEGER. */
+static bool canonical_int(const char *s, int64_t *v)
+{
+        char buf[32];
+        char *end;
+        if (!s || !*s || strlen(s) >= sizeof(buf))
+                return false;
+        errno = 0;
+        long long x = strtoll(s, &end, 10);
+        if (errno || *end)
+                return false;
+        snprintf(buf, sizeof(buf), "%lld", x);
+        if (strcmp(buf, s))
+                return false;
+        *v = x;
+        return true;
+}
+
+static int write_recording(struct trace_writer *w, uint32_t id, const struct wrecording *rec)
+{
+        sqlite3_stmt *st = w->stmt[ST_RECORDING];
+        sqlite3_bind_int64(st, 1, id);
+        bind_text_or_null(st, 2, rec->file);
+        bind_text_or_null(st, 3, rec->host);
+        bind_int_or_null(st, 4, rec->start_wall_ns, rec->start_wall_ns != -1);
+        bind_int_or_null(st, 5, rec->duration_ns, rec->duration_ns >= 0);
+        sqlite3_bind_int64(st, 6, rec->offset_ns);
+        sqlite3_bind_int64(st, 7, (int64_t)rec->samples);
+        int rc = run(st);
+        st = w->stmt[ST_RECORDING_META];
+        for (size_t k = 0; rc == SQLITE_OK && k < rec->n_meta; k++) {
+                int64_t v;
+                sqlite3_bind_int64(st, 1, id);
+                sqlite3_bind_text(st, 2, rec->meta[k].key, -1, SQLITE_STATIC);
+                if (canonical_int(rec->meta[k].value, &v))
+                        sqlite3_bind_int64(st, 3, v);
+                else
+                        bind_text_or_null(st, 3, rec->meta[k].value);
+                rc = run(st);
+        }
+        return rc;
+}
+
 /* Write everything not yet committed. Inside a transaction; returns a SQLite code. */
 static int write_pending(struct trace_writer *w)
 {
@@ -881,8 +953,13 @@ static int write_pending(struct trace_writer *w)
                 bind_text_or_null(st, 4, p->python_build);
                 bind_int_or_null(st, 5, p->exit_status, p->ended && p->exit_status >= 0);
                 bind_int_or_null(st, 6, p->end_ns, p->ended);
+                bind_int_or_null(st, 7, p->recording, p->recording != 0);
+                bind_int_or_null(st, 8, p->source_pid, p->source_pid != 0);
                 rc = run(st);
         }
+        for (size_t i = 0; rc == SQLITE_OK && i < w->n_recordings; i++)
+                if (w->recordings[i].dirty)
+                        rc = write_recording(w, (uint32_t)i + 1, &w->recordings[i]);
         st = w->stmt[ST_THREAD];
         for (uint32_t i = 1; rc == SQLITE_OK && i <= w->n_threads; i++) {
                 const struct wthread *t = &w->threads[i];
@@ -971,6 +1048,8 @@ static void mark_committed(struct trace_writer *w)
                 w->errors[i].dirty = false;
         for (size_t i = 0; i < w->n_meta; i++)
                 w->meta[i].dirty = false;
+        for (size_t i = 0; i < w->n_recordings; i++)
+                w->recordings[i].dirty = false;
 }
 
 TRACE_API int trace_writer_flush(struct trace_writer *w)
@@ -1015,6 +1094,212 @@ void trace_writer_set_flush_interval(struct trace_writer *w, int64_t interval_ns
 void trace_writer_set_chunk_max(struct trace_writer *w, uint32_t samples)
 {
         w->chunk_max = samples ? samples : 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Merging (the hooks merge.c uses)                                    */
+/* ------------------------------------------------------------------ */
+
+int trace_writer_fail(struct trace_writer *w, int status, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(w->errmsg, sizeof(w->errmsg), fmt, ap);
+        va_end(ap);
+        return status;
+}
+
+int64_t trace_writer_origin_ns(const struct trace_writer *w)
+{
+        return w->start_mono_ns;
+}
+
+bool trace_writer_has_process(const struct trace_writer *w, int32_t pid)
+{
+        for (size_t i = 0; i < w->n_processes; i++)
+                if (w->processes[i].pid == pid)
+                        return true;
+        return false;
+}
+
+int trace_writer_set_process_origin(struct trace_writer *w, int32_t pid, uint32_t recording,
+                                    int32_t source_pid)
+{
+        int rc = check_open(w);
+        if (rc < 0)
+                return rc;
+        struct wprocess *p = find_process(w, pid);
+        if (!p)
+                return fail(w, TRACE_ERR_ARG, "process %d was not added", (int)pid);
+        if (recording == 0 || recording > w->n_recordings || source_pid <= 0)
+                return fail(w, TRACE_ERR_ARG, "unknown recording %u or bad pid %d", recording,
+                            (int)source_pid);
+        p->recording = recording;
+        p->source_pid = source_pid;
+        p->dirty = true;
+        return 0;
+}
+
+int trace_writer_new_recording(struct trace_writer *w, const struct trace_recording *desc,
+                               uint32_t *id)
+{
+        int rc = check_open(w);
+        if (rc < 0)
+                return rc;
+        if (w->n_recordings >= MAX_IDS)
+                return fail(w, TRACE_ERR_ARG, "too many recordings");
+        if (grow_array((void **)&w->recordings, &w->cap_recordings, sizeof(*w->recordings),
+                       w->n_recordings + 1) < 0)
+                return fail_nomem(w);
+        struct wrecording rec = {.start_wall_ns = desc->start_wall_ns,
+                                 .duration_ns = desc->duration_ns,
+                                 .offset_ns = desc->offset_ns,
+                                 .samples = desc->samples,
+                                 .dirty = true};
+        rec.file = dup_or_null(desc->file);
+        rec.host = dup_or_null(desc->host);
+        if ((desc->file && !rec.file) || (desc->host && !rec.host)) {
+                free(rec.file);
+                free(rec.host);
+                return fail_nomem(w);
+        }
+        w->recordings[w->n_recordings++] = rec;
+        *id = (uint32_t)w->n_recordings;
+        return 0;
+}
+
+int trace_writer_add_recording_meta(struct trace_writer *w, uint32_t id, const char *key,
+                                    const char *value)
+{
+        int rc = check_open(w);
+        if (rc < 0)
+                return rc;
+        if (id == 0 || id > w->n_recordings || !key)
+                return fail(w, TRACE_ERR_ARG, "unknown recording %u or no key", id);
+        struct wrecording *rec = &w->recordings[id - 1];
+        if (grow_array((void **)&rec->meta, &rec->cap_meta, sizeof(*rec->meta), rec->n_meta + 1) <
+            0)
+                return fail_nomem(w);
+        char *k = strdup(key), *v = dup_or_null(value);
+        if (!k || (value && !v)) {
+                free(k);
+                free(v);
+                return fail_nomem(w);
+        }
+        rec->meta[rec->n_meta++] = (struct wmeta_pair){k, v};
+        rec->dirty = true;
+        return 0;
+}
+
+/* Recording `rec`'s meta value for `key`, or NULL. */
+static const char *recording_meta(const struct wrecording *rec, const char *key)
+{
+        for (size_t k = 0; k < rec->n_meta; k++)
+                if (!strcmp(rec->meta[k].key, key))
+                        return rec->meta[k].value;
+        return NULL;
+}
+
+/*
+ * The distinct values of `key` over the recordings, in order, joined by
+ * ", " into a malloc'ed string; NULL when no recording has the key (or out
+ * of memory: *nomem). *distinct is the number of distinct values.
+ */
+static char *joined_meta(const struct trace_writer *w, const char *key, size_t *distinct,
+                         bool *nomem)
+{
+        struct pf_buf b = {0};
+        *distinct = 0;
+        for (size_t i = 0; i < w->n_recordings; i++) {
+                const char *v = recording_meta(&w->recordings[i], key);
+                bool seen = !v;
+                for (size_t j = 0; j < i && !seen; j++) {
+                        const char *u = recording_meta(&w->recordings[j], key);
+                        seen = u && !strcmp(u, v);
+                }
+                if (seen)
+                        continue;
+                if ((*distinct && pf_buf_append(&b, ", ", 2) < 0) ||
+                    pf_buf_append(&b, v, strlen(v)) < 0) {
+                        *nomem = true;
+                        break;
+                }
+                ++*distinct;
+        }
+        if (*nomem || !*distinct || pf_buf_append(&b, "", 1) < 0) {
+                *nomem |= *distinct > 0;
+                pf_buf_free(&b);
+                return NULL;
+        }
+        return (char *)b.data;
+}
+
+/*
+ * A merged trace's times and summary meta, from its recordings: start at
+ * the earliest wall-clock start, end at the latest end on its time line.
+ * Sets *end_mono and *end_wall for finalize.
+ */
+static int merged_meta(struct trace_writer *w, int64_t *end_mono, int64_t *end_wall)
+{
+        static const char *const joined_keys[] = {
+            TRACE_META_HOST,           TRACE_META_KERNEL,       TRACE_META_MODE,
+            TRACE_META_PYTHON_VERSION, TRACE_META_PYTHON_BUILD, TRACE_META_CMDLINE,
+        };
+        int rc;
+        bool nomem = false;
+        for (size_t i = 0; i < sizeof(joined_keys) / sizeof(joined_keys[0]); i++) {
+                size_t n;
+                char *v = joined_meta(w, joined_keys[i], &n, &nomem);
+                if (nomem)
+                        return fail_nomem(w);
+                rc = v ? set_meta(w, joined_keys[i], v, 0) : 0;
+                free(v);
+                if (rc < 0)
+                        return rc;
+        }
+        size_t n_rates;
+        char *rate = joined_meta(w, TRACE_META_RATE_HZ, &n_rates, &nomem);
+        if (nomem)
+                return fail_nomem(w);
+        bool every = true;
+        for (size_t i = 0; i < w->n_recordings; i++)
+                every &= recording_meta(&w->recordings[i], TRACE_META_RATE_HZ) != NULL;
+        rc = rate && n_rates == 1 && every ? set_meta(w, TRACE_META_RATE_HZ, rate, 0) : 0;
+        free(rate);
+        if (rc < 0)
+                return rc;
+
+        struct pf_buf pids = {0};
+        for (size_t i = 0; i < w->n_processes && !nomem; i++) {
+                char num[16];
+                snprintf(num, sizeof(num), "%s%d", i ? " " : "", (int)w->processes[i].pid);
+                nomem = pf_buf_append(&pids, num, strlen(num)) < 0;
+        }
+        if (nomem || pf_buf_append(&pids, "", 1) < 0) {
+                pf_buf_free(&pids);
+                return fail_nomem(w);
+        }
+        rc = set_meta(w, TRACE_META_PIDS, (const char *)pids.data, 0);
+        pf_buf_free(&pids);
+        if (rc < 0)
+                return rc;
+
+        int64_t start_wall = INT64_MAX, duration = 0;
+        for (size_t i = 0; i < w->n_recordings; i++) {
+                const struct wrecording *rec = &w->recordings[i];
+                if (rec->start_wall_ns != -1 && rec->start_wall_ns - rec->offset_ns < start_wall)
+                        start_wall = rec->start_wall_ns - rec->offset_ns;
+                if (rec->duration_ns >= 0 && rec->offset_ns + rec->duration_ns > duration)
+                        duration = rec->offset_ns + rec->duration_ns;
+        }
+        for (uint32_t i = 1; i <= w->n_threads; i++)
+                if (w->threads[i].samples && w->threads[i].last_ns > duration)
+                        duration = w->threads[i].last_ns;
+        if (start_wall == INT64_MAX)
+                start_wall = *end_wall - duration;
+        *end_mono = w->start_mono_ns + duration;
+        *end_wall = start_wall + duration;
+        return set_meta(w, TRACE_META_START_WALL_NS, NULL, start_wall);
 }
 
 /* Create the file itself, refusing to replace one unless forced. */
@@ -1187,8 +1472,10 @@ TRACE_API int trace_writer_finalize(struct trace_writer *w)
         int rc = check_open(w);
         if (rc < 0)
                 return rc;
-        int64_t end_mono = pf_now_mono_ns();
-        if ((rc = set_meta(w, TRACE_META_END_WALL_NS, NULL, pf_now_wall_ns())) < 0 ||
+        int64_t end_mono = pf_now_mono_ns(), end_wall = pf_now_wall_ns();
+        if (w->n_recordings && (rc = merged_meta(w, &end_mono, &end_wall)) < 0)
+                return rc;
+        if ((rc = set_meta(w, TRACE_META_END_WALL_NS, NULL, end_wall)) < 0 ||
             (rc = set_meta(w, TRACE_META_END_MONO_NS, NULL, end_mono)) < 0 ||
             (rc = set_meta(w, TRACE_META_DURATION_NS, NULL, end_mono - w->start_mono_ns)) < 0)
                 return rc;
@@ -1236,6 +1523,17 @@ TRACE_API void trace_writer_free(struct trace_writer *w)
         }
         free(w->processes);
         free(w->errors);
+        for (size_t i = 0; i < w->n_recordings; i++) {
+                struct wrecording *rec = &w->recordings[i];
+                free(rec->file);
+                free(rec->host);
+                for (size_t k = 0; k < rec->n_meta; k++) {
+                        free(rec->meta[k].key);
+                        free(rec->meta[k].value);
+                }
+                free(rec->meta);
+        }
+        free(w->recordings);
         for (size_t i = 0; i < w->n_meta; i++) {
                 free(w->meta[i].key);
                 free(w->meta[i].text);

@@ -12,6 +12,11 @@
 -- Readers refuse a file with another application_id (not a trace) and a file
 -- whose user_version is higher than the newest they know (written by a newer
 -- pyflame). Any change a reader of version N could misread bumps the version.
+-- Additions a version-1 reader ignores safely do not: the recordings and
+-- recording_meta tables and the recording and source_pid columns of
+-- processes came later within version 1 (a reader of a merged trace that
+-- does not know them sees one recording with more processes). Readers take
+-- files without them as single recordings.
 --
 -- Units and conventions
 --   *_ns columns are nanoseconds. Sample, chunk, thread and process times are
@@ -81,9 +86,33 @@
 --     parent < id) with `frame` called on top; depth = parent's depth + 1.
 --     A stack's frames, root first, are found by following parent links.
 --
---   processes(pid, cmdline, python_version, python_build, exit_status, end_ns)
+--   processes(pid, cmdline, python_version, python_build, exit_status, end_ns,
+--             recording, source_pid)
 --     One row per recorded pid (host pid namespace). exit_status and end_ns
 --     (relative time the process ended) are NULL while unknown.
+--     recording and source_pid say where a process of a merged trace came
+--     from: recordings.id, and its pid on that recording's host. Both are
+--     NULL in a trace that is a single recording (then meta describes it and
+--     pid is the real pid). In a merged trace pid is the trace-wide key of
+--     the process: its source pid, unless an earlier recording already had
+--     that pid; then a pid above 4194304 (Linux's PID_MAX_LIMIT, which no
+--     real pid reaches) is made up, so that colliding pids stay distinct.
+--
+--   recordings(id, file, host, start_wall_ns, duration_ns, offset_ns, samples)
+--     Empty unless the trace was merged from several (pyflame-report merge):
+--     then one row per source recording, ids 1.. dense. file: the file it
+--     was merged from, as named to the merge; host: its meta host;
+--     start_wall_ns, duration_ns: its meta (NULL when unknown); offset_ns:
+--     where its time 0 lies on this trace's time line (0 when the sources
+--     were aligned at their starts, the difference of wall-clock starts when
+--     aligned by wall clock); samples: its samples. The merged trace's meta
+--     describes the whole: start_wall_ns the earliest start, duration_ns the
+--     latest end, host (and kernel, mode, python_version, python_build,
+--     cmdline) the sources' distinct values joined by ", ", rate_hz only when
+--     every source had the same, pids the trace-wide pids.
+--
+--   recording_meta(recording, key, value)
+--     Every meta row of each source recording, as it was in that file.
 --
 --   threads(ref, pid, tid, python_thread_id, name, first_ns, last_ns, samples)
 --     ref: the reference samples carry (1..); pid: processes.pid; tid: OS
@@ -102,6 +131,9 @@
 --     "hot stacks, on CPU only" without decoding sample blobs; the sum of
 --     samples equals the number of samples in sample_chunks. Per-thread and
 --     per-time questions need the samples themselves (pyflame_samples).
+--
+--   A sample's origin is its thread's process: samples -> threads.pid ->
+--   processes.recording -> recordings (host, file) and processes.source_pid.
 --
 --   sample_chunks(id, thread, first_ns, last_ns, count, data)
 --     The samples. One row holds `count` (>= 1) consecutive samples of one
@@ -172,8 +204,27 @@ CREATE TABLE processes (
         python_version TEXT,
         python_build TEXT,
         exit_status INTEGER,
-        end_ns INTEGER
+        end_ns INTEGER,
+        recording INTEGER REFERENCES recordings(id),
+        source_pid INTEGER
 );
+
+CREATE TABLE recordings (
+        id INTEGER PRIMARY KEY,
+        file TEXT,
+        host TEXT,
+        start_wall_ns INTEGER,
+        duration_ns INTEGER,
+        offset_ns INTEGER NOT NULL,
+        samples INTEGER NOT NULL
+);
+
+CREATE TABLE recording_meta (
+        recording INTEGER NOT NULL REFERENCES recordings(id),
+        key TEXT NOT NULL,
+        value,
+        PRIMARY KEY (recording, key)
+) WITHOUT ROWID;
 
 CREATE TABLE threads (
         ref INTEGER PRIMARY KEY,
