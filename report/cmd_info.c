@@ -4,7 +4,8 @@
  * the rate achieved, sampling errors by kind, the processes (with their
  * Python version and build) and threads (with names, ids and sample
  * counts), whether the recorder finished properly, and the recording's meta
- * values, as text or JSON.
+ * values, as text or JSON. For a merged trace (pyflame-report merge), also
+ * the recordings it was merged from and where each process came from.
  *
  * The achieved rate is per thread: a sampler takes one sample of every
  * thread per tick, so a thread's rate is its sample intervals over the time
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char *const error_names[TRACE_ERROR_KIND_COUNT] = {
     [TRACE_ERROR_TORN] = "torn",
@@ -83,6 +85,64 @@ static int info_gather(struct trace_reader *r, struct info *in, uint64_t *found)
         return 0;
 }
 
+/* Was the trace merged from others? Then its first recording names the file it came from. */
+static bool is_merged(const struct trace_reader *r)
+{
+        struct trace_recording rec;
+        return trace_reader_recording_at(r, 0, &rec) == 0 && rec.file != NULL;
+}
+
+/* "2026-05-28 20:26:40.000" (UTC) for a wall-clock time, into buf. */
+static const char *utc_time(int64_t ns, char *buf, size_t size)
+{
+        time_t sec = (time_t)(ns / 1000000000);
+        struct tm tm;
+        if (ns < 0 || !gmtime_r(&sec, &tm))
+                return "-";
+        size_t n = strftime(buf, size, "%Y-%m-%d %H:%M:%S", &tm);
+        snprintf(buf + n, size - n, ".%03d", (int)(ns / 1000000 % 1000));
+        return buf;
+}
+
+static int recordings_text(struct trace_reader *r, struct out *o)
+{
+        static const struct table_column columns[] = {
+            {"ID", "id", TABLE_INT, 0},
+            {"HOST", "host", TABLE_TEXT, 0},
+            {"START_UTC", "start", TABLE_TEXT, 0},
+            {"OFFSET_S", "offset_s", TABLE_SECONDS, 0},
+            {"DURATION_S", "duration_s", TABLE_SECONDS, 0},
+            {"SAMPLES", "samples", TABLE_COUNT, 0},
+            {"FILE", "file", TABLE_TEXT, 0},
+        };
+        struct table t = {.cols = columns, .n_cols = 7, .indent = 2};
+        uint32_t n = trace_reader_recording_count(r);
+        for (uint32_t i = 0; i < n; i++) {
+                struct trace_recording rec;
+                int rc = trace_reader_recording_at(r, i, &rec);
+                struct table_cell *c = rc < 0 ? NULL : table_add_row(&t);
+                if (rc < 0) {
+                        table_free(&t);
+                        return rc;
+                }
+                if (!c)
+                        break;
+                char when[64];
+                c[0].num = rec.id;
+                c[1].text = rec.host;
+                c[2].text = table_printf(&t, "%s", utc_time(rec.start_wall_ns, when, sizeof(when)));
+                c[3].num = rec.offset_ns;
+                c[4].num = rec.duration_ns;
+                c[4].null = rec.duration_ns < 0;
+                c[5].num = (int64_t)rec.samples;
+                c[6].text = rec.file;
+        }
+        out_printf(o, "recordings: %u (merged; processes show where they came from)\n", n);
+        table_write(&t, OUT_TEXT, o);
+        table_free(&t);
+        return 0;
+}
+
 static void put_seconds(struct out *o, int64_t ns)
 {
         out_printf(o, "%.3f s", (double)ns / 1e9);
@@ -136,7 +196,19 @@ static int info_text(struct trace_reader *r, const char *path, const struct info
             {"BUILD", "build", TABLE_TEXT, 0},     {"EXIT", "exit", TABLE_INT, 0},
             {"COMMAND", "command", TABLE_TEXT, 0},
         };
-        struct table pt = {.cols = process_columns, .n_cols = 5, .indent = 2};
+        static const struct table_column merged_columns[] = {
+            {"PID", "pid", TABLE_INT, 0},
+            {"REC", "recording", TABLE_INT, 0},
+            {"SOURCE_PID", "source_pid", TABLE_INT, 0},
+            {"PYTHON", "python", TABLE_TEXT, 0},
+            {"BUILD", "build", TABLE_TEXT, 0},
+            {"EXIT", "exit", TABLE_INT, 0},
+            {"COMMAND", "command", TABLE_TEXT, 0},
+        };
+        bool merged = is_merged(r);
+        struct table pt = {.cols = merged ? merged_columns : process_columns,
+                           .n_cols = merged ? 7 : 5,
+                           .indent = 2};
         uint32_t np = trace_reader_process_count(r);
         for (uint32_t i = 0; i < np; i++) {
                 struct trace_process p;
@@ -149,11 +221,26 @@ static int info_text(struct trace_reader *r, const char *path, const struct info
                 if (!c)
                         break;
                 c[0].num = p.pid;
+                if (merged) {
+                        uint32_t rec = 0;
+                        int32_t source_pid = 0;
+                        trace_reader_process_origin(r, i, &rec, &source_pid);
+                        c[1].num = rec;
+                        c[2].num = source_pid;
+                        c += 2;
+                }
                 c[1].text = p.python_version ? p.python_version : "?";
                 c[2].text = p.python_build ? p.python_build : "?";
                 c[3].num = p.exit_status;
                 c[3].null = p.exit_status < 0;
                 c[4].text = p.cmdline;
+        }
+        if (merged) {
+                int rc = recordings_text(r, o);
+                if (rc < 0) {
+                        table_free(&pt);
+                        return rc;
+                }
         }
         out_printf(o, "processes:  %u\n", np);
         table_write(&pt, OUT_TEXT, o);
@@ -223,6 +310,7 @@ static void json_int_or_null(struct out *o, int64_t v, bool null)
 static int info_json(struct trace_reader *r, const char *path, const struct info *in, struct out *o)
 {
         const struct trace_summary *s = &in->sum;
+        bool merged = is_merged(r);
         out_puts(o, "{");
         json_key(o, "trace", true);
         out_json_string(o, path);
@@ -275,9 +363,46 @@ static int info_json(struct trace_reader *r, const char *path, const struct info
                 json_int_or_null(o, p.exit_status, p.exit_status < 0);
                 json_key(o, "end_ns", false);
                 json_int_or_null(o, p.end_ns, p.end_ns < 0);
+                if (merged) {
+                        uint32_t rec = 0;
+                        int32_t source_pid = 0;
+                        trace_reader_process_origin(r, i, &rec, &source_pid);
+                        json_key(o, "recording", false);
+                        out_printf(o, "%u", rec);
+                        json_key(o, "source_pid", false);
+                        out_printf(o, "%d", (int)source_pid);
+                }
                 out_puts(o, "}");
         }
         out_puts(o, np ? "\n]" : "]");
+        if (merged) {
+                json_key(o, "recordings", false);
+                out_puts(o, "[");
+                uint32_t nr = trace_reader_recording_count(r);
+                for (uint32_t i = 0; i < nr; i++) {
+                        struct trace_recording rec;
+                        int rc = trace_reader_recording_at(r, i, &rec);
+                        if (rc < 0)
+                                return rc;
+                        out_puts(o, i ? ",\n  {" : "\n  {");
+                        json_key(o, "id", true);
+                        out_printf(o, "%u", rec.id);
+                        json_key(o, "file", false);
+                        out_json_string(o, rec.file);
+                        json_key(o, "host", false);
+                        out_json_string(o, rec.host);
+                        json_key(o, "start_wall_ns", false);
+                        json_int_or_null(o, rec.start_wall_ns, rec.start_wall_ns == -1);
+                        json_key(o, "duration_ns", false);
+                        json_int_or_null(o, rec.duration_ns, rec.duration_ns < 0);
+                        json_key(o, "offset_ns", false);
+                        out_printf(o, "%lld", (long long)rec.offset_ns);
+                        json_key(o, "samples", false);
+                        out_printf(o, "%llu", (unsigned long long)rec.samples);
+                        out_puts(o, "}");
+                }
+                out_puts(o, nr ? "\n]" : "]");
+        }
 
         json_key(o, "threads", false);
         out_puts(o, "[");

@@ -32,6 +32,7 @@ static const struct report_command commands[] = {
     {"report", cmd_report, "print folded stacks, a hotspot table or time slices (the default)"},
     {"info", cmd_info, "summarise a recording: duration, rate, threads, errors"},
     {"diff", cmd_diff, "compare two recordings (or two windows of one); a CI gate"},
+    {"merge", cmd_merge, "merge several traces into one, keeping each sample's origin"},
 };
 
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -53,6 +53,7 @@ struct report_command {
 int cmd_report(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
 /* Print the help of the default `report` command (also the tool's main help). */
 void cmd_report_help(void);
 

@@ -162,6 +162,67 @@ def slices_cases(c):
     c.case("slices-usage-two-views", ["--slices", "1s", "--by-line", "phases.db"], rc=2, prog=r)
 
 
+def masked_info(text):
+    """info text without what the merging machine's clock and version put in."""
+    out = []
+    for line in text.splitlines(True):
+        key = line.strip().split(" = ")[0]
+        if key in ("start_mono_ns", "end_mono_ns", "tool_version"):
+            line = "  %s = (varies)\n" % key
+        out.append(line)
+    return "".join(out)
+
+
+def merge_cases(c):
+    r = c.report
+    w = c.work
+    out, _ = c.case("merge", ["merge", "host-a.db", "host-b.db", "-o", "all.db"], prog=r)
+    c.ok("merge: silent", out == "")
+    code, info, err = c.run(["info", "all.db"], prog=r)
+    c.ok("merge: info", code == 0, err)
+    c.golden_file("merge-info.out", masked_info(info))
+    j = json.loads(c.run(["info", "--format", "json", "all.db"], prog=r)[1])
+    c.ok("merge: two recordings", [x["host"] for x in j["recordings"]] == ["host-a", "host-b"],
+         str(j.get("recordings")))
+    origins = sorted((p["pid"], p["recording"], p["source_pid"]) for p in j["processes"])
+    c.ok("merge: colliding pid 600 stays distinct",
+         origins == [(600, 1, 600), (601, 2, 601), (4194304, 2, 600)], str(origins))
+    c.ok("merge: every sample", j["samples"] == 300, str(j["samples"]))
+    # The origin of samples in plain SQL.
+    db = sqlite3.connect(os.path.join(w, "all.db"))
+    rows = db.execute("SELECT r.host, r.file, p.source_pid, sum(t.samples) FROM threads t "
+                      "JOIN processes p ON p.pid = t.pid JOIN recordings r ON r.id = p.recording "
+                      "GROUP BY r.id, p.source_pid ORDER BY r.id, p.source_pid").fetchall()
+    meta = dict(db.execute("SELECT key, value FROM recording_meta WHERE recording = 2"))
+    db.close()
+    c.ok("merge: origin in plain SQL", rows == [("host-a", "host-a.db", 600, 100),
+                                                ("host-b", "host-b.db", 600, 100),
+                                                ("host-b", "host-b.db", 601, 100)], str(rows))
+    c.ok("merge: source meta kept", meta.get("host") == "host-b" and meta.get("pids") == "600 601",
+         str(meta))
+    c.case("merge-by-function", ["--by-function", "all.db"], prog=r)
+    c.case("merge-pid", ["--pid", "4194304", "all.db"], prog=r)
+    c.case("merge-wall-slices", ["merge", "--align", "wall", "-f", "host-a.db", "host-b.db",
+                                 "-o", "all.db"], prog=r)
+    c.case("merge-wall-slices-view", ["--slices", "1s", "all.db"], prog=r)
+    c.case("merge-of-merged", ["merge", "all.db", "small.db", "-o", "all2.db"], prog=r)
+    j = json.loads(c.run(["info", "--format", "json", "all2.db"], prog=r)[1])
+    c.ok("merge of merged: three recordings, offsets kept",
+         [(x["file"], x["offset_ns"]) for x in j["recordings"]] ==
+         [("host-a.db", 0), ("host-b.db", 2000000000), ("small.db", 0)], str(j["recordings"]))
+    # Refusals leave nothing behind.
+    c.case("merge-exists", ["merge", "host-a.db", "-o", "all.db"], rc=2, prog=r)
+    c.case("merge-output-is-input", ["merge", "-f", "host-a.db", "-o", "host-a.db"], rc=2, prog=r)
+    c.case("merge-missing", ["merge", "host-a.db", "missing.db", "-o", "new.db"], rc=2, prog=r)
+    c.ok("merge: no output after a failure", not os.path.exists(os.path.join(w, "new.db")))
+    c.ok("merge: no temporary left", not [f for f in os.listdir(w) if f.startswith(".")],
+         str(os.listdir(w)))
+    c.case("merge-usage-no-output", ["merge", "host-a.db"], rc=2, prog=r)
+    c.case("merge-usage-align", ["merge", "--align", "cpu", "host-a.db", "-o", "x.db"], rc=2,
+           prog=r)
+    c.case("merge-usage-no-input", ["merge", "-o", "x.db"], rc=2, prog=r)
+
+
 def false_alarms(n, make_traces, diff, work):
     """n pairs of recordings of one program through the real binary, with a gate
     that trips on any significant change in either direction."""
@@ -204,6 +265,7 @@ def main():
     c = Checker(diff, report, golden, work)
     diff_cases(c)
     slices_cases(c)
+    merge_cases(c)
     print("%d passed, %d failed%s" % (c.passed, c.failed, " (goldens updated)" if UPDATE else ""))
     return 1 if c.failed else 0
 
