@@ -450,7 +450,12 @@ static void follow_children(struct recording *r, int64_t now)
                         continue;
                 char err[512];
                 struct sampler *s;
-                int rc = sampler_open(kids[k], r->w, r->o->blocking, &s, err, sizeof(err));
+                int rc = sampler_open(kids[k], r->o->blocking, &s, err, sizeof(err));
+                if (rc == 0 && sampler_set_writer(s, r->w, err, sizeof(err)) < 0) {
+                        sampler_close(s);
+                        c->gave_up = true;
+                        continue;
+                }
                 if (rc == 0) {
                         r->samplers[r->n_samplers++] = s;
                         c->gave_up = true; /* sampled now; never retried */
@@ -576,7 +581,7 @@ static int open_sampler(struct recording *r, pid_t pid, int64_t wait_ns, struct 
 {
         int64_t deadline = pf_now_mono_ns() + wait_ns;
         for (;;) {
-                int rc = sampler_open(pid, r->w, r->o->blocking, out, err, errlen);
+                int rc = sampler_open(pid, r->o->blocking, out, err, errlen);
                 if (rc == 0)
                         return 0;
                 bool retry = rc == PYFIND_NOT_READY || (r->child && rc == PYFIND_NOT_PYTHON);
@@ -629,7 +634,7 @@ static int run_dump(struct options *o)
         for (size_t i = 0; i < o->n_pids; i++) {
                 char err[512];
                 struct sampler *s;
-                int rc = sampler_open(o->pids[i], NULL, o->blocking, &s, err, sizeof(err));
+                int rc = sampler_open(o->pids[i], o->blocking, &s, err, sizeof(err));
                 if (rc < 0) {
                         fprintf(stderr, "%s: %s\n", prog, err);
                         status = exit_for_pyfind(rc);
@@ -659,6 +664,10 @@ int main(int argc, char **argv)
         struct recording r = {.o = &o, .tty = isatty(STDERR_FILENO) && !o.quiet};
         char outbuf[PATH_MAX], err[512];
 
+        if (o.output && !o.force && access(o.output, F_OK) == 0) {
+                fprintf(stderr, "%s: %s exists; use --force to replace it\n", prog, o.output);
+                return EXIT_OUTPUT;
+        }
         if (o.command) {
                 int exec_errno = 0;
                 r.child = spawn(o.command, &exec_errno);
@@ -682,17 +691,7 @@ int main(int argc, char **argv)
         }
 
         /* Find every interpreter before creating the file: errors come first. */
-        int rc = trace_writer_create(o.output, o.force ? TRACE_CREATE_FORCE : 0, &r.w);
-        if (rc < 0) {
-                fprintf(stderr, "%s: %s\n", prog, r.w ? trace_writer_errmsg(r.w) : "out of memory");
-                trace_writer_free(r.w);
-                if (r.child) {
-                        kill(r.child, SIGTERM);
-                        waitpid(r.child, NULL, 0);
-                }
-                return EXIT_OUTPUT;
-        }
-        int status = EXIT_OK;
+        int rc, status = EXIT_OK;
         for (size_t i = 0; i < o.n_pids; i++) {
                 /* A program we started may take a while to map and start Python. */
                 int64_t wait =
@@ -706,6 +705,33 @@ int main(int argc, char **argv)
                         break;
                 }
                 r.n_samplers++;
+        }
+        if (status == EXIT_OK) {
+                rc = trace_writer_create(o.output, o.force ? TRACE_CREATE_FORCE : 0, &r.w);
+                if (rc < 0) {
+                        fprintf(stderr, "%s: %s\n", prog,
+                                r.w ? trace_writer_errmsg(r.w) : "out of memory");
+                        status = EXIT_OUTPUT;
+                }
+        }
+        for (size_t i = 0; i < r.n_samplers && status == EXIT_OK; i++) {
+                if (sampler_set_writer(r.samplers[i], r.w, err, sizeof(err)) < 0) {
+                        fprintf(stderr, "%s: writing %s: %s\n", prog, o.output, err);
+                        status = EXIT_OUTPUT;
+                }
+        }
+        if (status != EXIT_OK) {
+                /* Nothing was recorded: leave no file behind, and no program running. */
+                while (r.n_samplers)
+                        sampler_close(r.samplers[--r.n_samplers]);
+                if (r.w && rc == 0)
+                        unlink(o.output);
+                trace_writer_free(r.w);
+                if (r.child) {
+                        kill(r.child, SIGTERM);
+                        waitpid(r.child, NULL, 0);
+                }
+                return status;
         }
         if (status == EXIT_OK && set_meta(&r) < 0) {
                 fprintf(stderr, "%s: writing %s: %s\n", prog, o.output, trace_writer_errmsg(r.w));

@@ -100,8 +100,7 @@ static void build_string(const struct pyfind_target *t, char *buf, size_t len)
                  t->free_threaded ? ",free-threaded" : "", t->debug_build ? ",debug" : "");
 }
 
-int sampler_open(pid_t pid, struct trace_writer *w, bool blocking, struct sampler **out, char *err,
-                 size_t errlen)
+int sampler_open(pid_t pid, bool blocking, struct sampler **out, char *err, size_t errlen)
 {
         struct sampler *s = calloc(1, sizeof(*s));
         if (!s) {
@@ -110,7 +109,6 @@ int sampler_open(pid_t pid, struct trace_writer *w, bool blocking, struct sample
         }
         s->pid = pid;
         s->blocking = blocking;
-        s->w = w;
         int rc = pyfind_target(pid, &s->target, err, errlen);
         if (rc < 0)
                 goto fail;
@@ -126,27 +124,31 @@ int sampler_open(pid_t pid, struct trace_writer *w, bool blocking, struct sample
                 rc = PYFIND_UNSUPPORTED;
                 goto fail;
         }
-        if (w) {
-                char cmdline[4096];
-                if (procfs_cmdline(pid, cmdline, sizeof(cmdline)) < 0)
-                        cmdline[0] = 0;
-                struct trace_process_desc pd = {
-                    .pid = pid,
-                    .cmdline = cmdline[0] ? cmdline : NULL,
-                    .python_version = s->version,
-                    .python_build = s->build,
-                };
-                if (trace_writer_add_process(w, &pd) < 0) {
-                        snprintf(err, errlen, "%s", trace_writer_errmsg(w));
-                        rc = PYFIND_UNSUPPORTED;
-                        goto fail;
-                }
-        }
         *out = s;
         return 0;
 fail:
         sampler_close(s);
         return rc;
+}
+
+int sampler_set_writer(struct sampler *s, struct trace_writer *w, char *err, size_t errlen)
+{
+        char cmdline[4096];
+        if (procfs_cmdline(s->pid, cmdline, sizeof(cmdline)) < 0)
+                cmdline[0] = 0;
+        struct trace_process_desc pd = {
+            .pid = s->pid,
+            .cmdline = cmdline[0] ? cmdline : NULL,
+            .python_version = s->version,
+            .python_build = s->build,
+        };
+        int rc = trace_writer_add_process(w, &pd);
+        if (rc < 0) {
+                snprintf(err, errlen, "%s", trace_writer_errmsg(w));
+                return rc;
+        }
+        s->w = w;
+        return 0;
 }
 
 void sampler_close(struct sampler *s)

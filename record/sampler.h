@@ -30,13 +30,18 @@ struct sampler_stats {
 };
 
 /*
- * Find and validate the interpreter of `pid`, and register the process with
- * the trace writer `w` (which may be NULL for --dump). Returns 0 and sets
- * *out; on failure returns a negative enum pyfind_status and writes a
- * one-line message into err. `blocking` stops the threads for each sample.
+ * Find and validate the interpreter of `pid`. Returns 0 and sets *out; on
+ * failure returns a negative enum pyfind_status and writes a one-line
+ * message into err. `blocking` stops the threads for each sample. Nothing
+ * is written anywhere until sampler_set_writer().
  */
-int sampler_open(pid_t pid, struct trace_writer *w, bool blocking, struct sampler **out, char *err,
-                 size_t errlen);
+int sampler_open(pid_t pid, bool blocking, struct sampler **out, char *err, size_t errlen);
+
+/*
+ * Register the process with the trace writer `w` and write its samples there
+ * from now on. Returns 0, or a negative trace status (message in err).
+ */
+int sampler_set_writer(struct sampler *s, struct trace_writer *w, char *err, size_t errlen);
 
 /*
  * Take one sample of every thread at monotonic time `t_ns`. Returns 0, or

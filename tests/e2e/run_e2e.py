@@ -442,12 +442,124 @@ def test_signals(r, label, py, mode):
             "rc=%d finalized=%s %s" % (rec.returncode, inf["finalized"], err[-300:]))
 
 
+def test_dump(r, label, py, mode):
+    target = subprocess.Popen([py, os.path.join(WORK, "longrun.py")], stdout=subprocess.PIPE,
+                              universal_newlines=True)
+    try:
+        target.stdout.readline()
+        p = subprocess.run([r.record, "--dump", "-p", str(target.pid)] + mode_flags(mode),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=30)
+        r.check("%s %s --dump prints the stack" % (label, mode),
+                p.returncode == 0 and "tick (" in p.stdout and "longrun.py" in p.stdout
+                and ("Thread" in p.stdout), "rc=%d out=%r err=%r" % (p.returncode, p.stdout[:300],
+                                                                   p.stderr[:300]))
+        st = proc_status(target.pid)
+        r.check("%s %s --dump leaves the target running, untraced" % (label, mode),
+                target.poll() is None and st.get("TracerPid") == "0")
+    finally:
+        target.kill()
+        target.wait()
+
+
+def run_in_pty(argv, timeout=30):
+    """Run argv with stderr on a terminal; return (status, everything it printed)."""
+    import pty
+    import select
+    master, slave = pty.openpty()
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=slave)
+    os.close(slave)
+    out = b""
+    end = time.time() + timeout
+    while time.time() < end:
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        elif p.poll() is not None:
+            break
+    os.close(master)
+    return p.wait(), out.decode("utf-8", "replace")
+
+
+def test_cli(r, label, py, mode):
+    """Status line on a terminal only; distinct exit statuses with messages that say the fix."""
+    if mode == "blocking" or label not in ("3.12.1", "2.7.18"):
+        return
+    db = r.out("cli-%s" % label)
+    status, out = run_in_pty([r.record, "-f", "-o", db, "-r", "100", "--", py,
+                              os.path.join(WORK, "hot.py"), "1.5"])
+    r.check("%s status line on a terminal (elapsed, samples, rate, errors)" % label,
+            status == 0 and re.search(r"\d+\.\ds, \d+ samples, [\d.]+ Hz, \d+ errors", out)
+            is not None, repr(out[-300:]))
+    p = r.rec(["-o", db, "--", py, os.path.join(WORK, "exits.py"), "0"])
+    r.check("%s no status line when stderr is not a terminal" % label,
+            p.returncode == 0 and "samples" not in p.stderr, p.stderr)
+    # Existing output is not overwritten without --force.
+    p = subprocess.run([r.record, "-q", "-o", db, "--", py, os.path.join(WORK, "exits.py"),
+                        "0"], stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+    r.check("%s existing output refused (exit 7, says --force)" % label,
+            p.returncode == 7 and "--force" in p.stderr, "rc=%d %s" % (p.returncode, p.stderr))
+    # No such process.
+    p = subprocess.run([r.record, "-q", "-f", "-o", db, "-p", "999999"], stderr=subprocess.PIPE,
+                       universal_newlines=True, timeout=30)
+    r.check("%s no such process (exit 3)" % label, p.returncode == 3 and p.stderr.count("\n") == 1,
+            "rc=%d %s" % (p.returncode, p.stderr))
+    stray = r.out("never-written")
+    subprocess.run([r.record, "-q", "-o", stray, "-p", "999999"], stderr=subprocess.DEVNULL)
+    r.check("%s a failed attach leaves no trace file behind" % label, not os.path.exists(stray))
+    # Not a Python process.
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        time.sleep(0.2)
+        p = subprocess.run([r.record, "-q", "-f", "-o", db, "-p", str(sleeper.pid)],
+                           stderr=subprocess.PIPE, universal_newlines=True, timeout=30)
+        r.check("%s not a Python process (exit 4)" % label,
+                p.returncode == 4 and "CPython" in p.stderr, "rc=%d %s" % (p.returncode,
+                                                                        p.stderr))
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    # Permission denied: a recorder without privileges against a root process.
+    if os.geteuid() == 0:
+        target = subprocess.Popen([py, os.path.join(WORK, "longrun.py")], stdout=subprocess.PIPE,
+                                  universal_newlines=True)
+        try:
+            target.stdout.readline()
+            out = tempfile.mkdtemp(prefix="pyflame-nobody-")
+            os.chmod(out, 0o777)
+
+            def drop():
+                os.setgid(65534)
+                os.setuid(65534)
+            p = subprocess.run([r.record, "-q", "-f", "-o", os.path.join(out, "x.db"), "-p",
+                                str(target.pid)], stderr=subprocess.PIPE,
+                               universal_newlines=True, timeout=30, preexec_fn=drop)
+            r.check("%s permission denied (exit 6, names CAP_SYS_PTRACE)" % label,
+                    p.returncode == 6 and "CAP_SYS_PTRACE" in p.stderr,
+                    "rc=%d %s" % (p.returncode, p.stderr))
+            shutil.rmtree(out, ignore_errors=True)
+        finally:
+            target.kill()
+            target.wait()
+    # A command that cannot be started.
+    p = subprocess.run([r.record, "-q", "-f", "-o", db, "--", "/nonexistent/python"],
+                       stderr=subprocess.PIPE, universal_newlines=True, timeout=30)
+    r.check("%s command not found (exit 127)" % label, p.returncode == 127, p.stderr)
+
+
 def mode_flags(mode):
     return ["--blocking"] if mode == "blocking" else []
 
 
 TESTS = [test_hot, test_ratio, test_threads, test_generators, test_exit_status, test_attach,
-         test_subprocesses, test_container, test_signals]
+         test_subprocesses, test_container, test_signals, test_dump, test_cli]
 
 
 def main():
