@@ -10,7 +10,11 @@
  * the GIL) and 3 in parse (on CPU); worker waits (off CPU) for the first
  * 2 s, then runs hot_loop on CPU without the GIL.
  *
- * Usage: example_trace FILE   (prints "key value" lines on stdout)
+ * With a second file name, also writes there the trace merged with itself
+ * (recordings "a.pyflame" at 0 and "b.pyflame" 10 s later), for the example
+ * that asks where samples came from.
+ *
+ * Usage: example_trace FILE [MERGED]   (prints "key value" lines on stdout)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,8 +33,8 @@ static int fail(struct trace_writer *w, const char *what)
 
 int main(int argc, char **argv)
 {
-        if (argc != 2) {
-                fprintf(stderr, "usage: example_trace FILE\n");
+        if (argc != 2 && argc != 3) {
+                fprintf(stderr, "usage: example_trace FILE [MERGED]\n");
                 return 2;
         }
         struct trace_writer *w = NULL;
@@ -94,6 +98,21 @@ int main(int argc, char **argv)
         if (trace_writer_finalize(w) < 0)
                 return fail(w, "finalize");
         trace_writer_free(w);
+        if (argc == 3) {
+                if (trace_writer_create(argv[2], TRACE_CREATE_FORCE, &w) < 0)
+                        return fail(w, "create the merged trace");
+                if (trace_reader_open(argv[1], &r) < 0) {
+                        fprintf(stderr, "example_trace: %s\n", trace_reader_errmsg(r));
+                        return 1;
+                }
+                int rc = trace_writer_add_recording(w, r, "a.pyflame", 0);
+                if (rc == 0)
+                        rc = trace_writer_add_recording(w, r, "b.pyflame", 10 * 1000000000LL);
+                trace_reader_close(r);
+                if (rc < 0 || trace_writer_finalize(w) < 0)
+                        return fail(w, "merge");
+                trace_writer_free(w);
+        }
         printf("samples %d\n", 2 * TICKS);
         printf("thread_samples %d\n", TICKS);
         printf("hot_loop_samples %lld\n", main_hot + (TICKS - 200));

@@ -56,14 +56,15 @@ def main():
     tmp = tempfile.mkdtemp(prefix='libtrace-sql-')
     try:
         db = os.path.join(tmp, 'example.pyflame')
-        gen = subprocess.run([generator, db], capture_output=True, text=True, check=True)
+        merged = os.path.join(tmp, 'merged.pyflame')
+        gen = subprocess.run([generator, db, merged], capture_output=True, text=True, check=True)
         known = {k: int(v) for k, v in (line.split() for line in gen.stdout.splitlines())}
 
         text = open(examples).read()
         blocks = re.findall(r'```sql\n(.*?)```', text, re.S)
-        if len(blocks) != 2:
-            fail('expected 2 sql blocks in %s, found %d' % (examples, len(blocks)))
-        plain, with_ext = blocks
+        if len(blocks) != 3:
+            fail('expected 3 sql blocks in %s, found %d' % (examples, len(blocks)))
+        plain, with_ext, origin = blocks
 
         # Example 1 (plain SQL) needs no extension.
         top = rows(db, plain, load=False)
@@ -79,6 +80,18 @@ def main():
             fail('extension example: expected worker|hot_loop 100 first, got %r' % win)
         if sum(int(r[4]) for r in win) != known['window_on_cpu']:
             fail('extension example: expected %d samples, got %r' % (known['window_on_cpu'], win))
+
+        # Example 3 (origin): one recording, then the same merged with itself,
+        # whose colliding pid 1234 stays distinct but shows its source pid.
+        host = rows(db, "SELECT value FROM meta WHERE key = 'host'", load=False)[0][0]
+        one = rows(db, origin, load=False)
+        if one != [[host, '', '1234', '1234', str(known['samples'])]]:
+            fail('origin example, single recording: %r' % one)
+        two = rows(merged, origin, load=False)
+        want = [[host, 'a.pyflame', '1234', '1234', str(known['samples'])],
+                [host, 'b.pyflame', '4194304', '1234', str(known['samples'])]]
+        if two != want:
+            fail('origin example, merged: %r, expected %r' % (two, want))
 
         # Plain tables and decoded samples agree.
         n = known['samples']
