@@ -13,6 +13,11 @@
  *     it. A per-row stamp holding the last stack that touched it keeps a
  *     recursive function from being counted twice in one stack, so a total
  *     is a number of samples and never exceeds 100%.
+ * Time slices (--slices, and the time blocks of diff's variance) come from
+ * one trace_reader_foreach_sample() pass counting per (slice, stack) in a
+ * hash table; each slice's stacks are then mapped onto the rows of the
+ * whole selection's table (hot_table_count, folded_set.line_of_stack), so a
+ * row is the same row in every slice.
  */
 #include "report.h"
 

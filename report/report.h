@@ -1,13 +1,17 @@
 /*
  * report.h - the internals shared by pyflame-report's source files.
  *
- * pyflame-report is a table of commands (main.c) over a few shared layers:
+ * pyflame-report is a table of commands (main.c: report, info, diff, merge;
+ * pyflame-diff is the diff command under its own name) over a few shared
+ * layers:
  *   - options.c turns the view options every command shares (time range,
  *     processes, threads, thread states) into a libtrace struct trace_filter;
  *   - aggregate.c builds the aggregations views are made of (folded stacks,
  *     per-line and per-function hotspots) from one trace_reader_count_by_stack()
- *     pass, working per distinct stack, never per sample, so that a future
- *     `diff` reuses exactly what a single report computes;
+ *     pass, working per distinct stack, never per sample, and the same per
+ *     time slice, so that `diff` (cmd_diff.c) and --slices reuse exactly
+ *     what a single report computes;
+ *   - diffstat.c holds the statistics of `diff`;
  *   - output.c buffers everything a command prints and writes it only once
  *     the command has succeeded (to stdout, or atomically to a file), and
  *     prints tables as aligned text, CSV or JSON;
