@@ -587,7 +587,7 @@ static int side_load(struct diff *d, struct side *s)
         if (o->per == PER_TIME && (rc = side_sample_seconds(s, &sum)) != 0)
                 return rc;
         s->from_ns = s->sel.filter.from_ns;
-        s->end_ns = s->sel.filter.to_ns ? s->sel.filter.to_ns : sum.duration_ns;
+        s->end_ns = select_end_ns(s->r, &s->sel.filter, &sum);
         if (s->end_ns <= s->from_ns)
                 s->end_ns = s->from_ns + 1;
 

@@ -523,7 +523,7 @@ static int view_slices(struct view_ctx *ctx)
         if (rc < 0)
                 return rc;
         int64_t from = ctx->filter->from_ns;
-        int64_t end = ctx->filter->to_ns ? ctx->filter->to_ns : sum.duration_ns;
+        int64_t end = select_end_ns(ctx->r, ctx->filter, &sum);
         if (end <= from)
                 end = from + 1;
         int64_t span = end - from, slice = opts->slice_ns;

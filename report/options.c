@@ -271,6 +271,22 @@ int select_resolve(struct trace_reader *r, const char *path, const struct select
         return 0;
 }
 
+int64_t select_end_ns(const struct trace_reader *r, const struct trace_filter *f,
+                      const struct trace_summary *sum)
+{
+        if (f->to_ns)
+                return f->to_ns;
+        /* Samples may run past the recorded end (a clock that stepped, a forged trace). */
+        int64_t end = sum->duration_ns;
+        uint32_t n = trace_reader_thread_count(r);
+        for (uint32_t i = 0; i < n; i++) {
+                struct trace_thread t;
+                if (trace_reader_thread_at(r, i, &t) == 0 && t.samples && t.last_ns >= end)
+                        end = t.last_ns + 1;
+        }
+        return end;
+}
+
 void select_free(struct select *s)
 {
         free(s->pids);

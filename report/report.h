@@ -243,6 +243,14 @@ int select_resolve(struct trace_reader *r, const char *path, const struct select
                    struct select *out);
 void select_free(struct select *s);
 
+/*
+ * Where the time window of `f` ends: its to_ns, or else the end of the
+ * recording (`sum`, from trace_reader_summary) or just after its last
+ * sample, whichever is later.
+ */
+int64_t select_end_ns(const struct trace_reader *r, const struct trace_filter *f,
+                      const struct trace_summary *sum);
+
 /* ------------------------------------------------------------------ */
 /* Aggregations (aggregate.c)                                          */
 /* ------------------------------------------------------------------ */
