@@ -1294,7 +1294,7 @@ static void write_markdown(struct diff *d, struct out *o, const struct trip *tri
                 format_change(d, &trips[i].row->res[trips[i].rule->metric], ch, sizeof(ch));
                 out_puts(o, i ? "; " : "");
                 md_code(o, trips[i].rule->text, strlen(trips[i].rule->text));
-                out_puts(o, " by ");
+                out_puts(o, " tripped by ");
                 md_code(o, title, strlen(title));
                 out_printf(o, " (%s)", ch);
         }
