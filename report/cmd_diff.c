@@ -891,8 +891,7 @@ static void metric_columns(struct columns *cs, const struct diff *d, enum metric
         bool time = d->opts->per == PER_TIME;
         bool self = m == M_SELF;
         unsigned text = self ? 0 : TABLE_DATA_ONLY;
-        const char *p = metric_names[m];
-        /* JSON keys: metric prefix; the static strings below keep them alive. */
+        /* JSON keys, per metric. */
         static const char *const keys[M_COUNT][10] = {
             {"self_base", "self_new", "self_change", "self_change_rel_pct", "self_base_samples",
              "self_new_samples", "self_p", "self_p_adj", "self_tested", "self_significant"},
@@ -900,7 +899,6 @@ static void metric_columns(struct columns *cs, const struct diff *d, enum metric
              "total_base_samples", "total_new_samples", "total_p", "total_p_adj", "total_tested",
              "total_significant"},
         };
-        (void)p;
         col(cs, time ? "BASE_MS" : "BASE%", keys[m][0], TABLE_DECIMAL, text);
         col(cs, time ? "NEW_MS" : "NEW%", keys[m][1], TABLE_DECIMAL, text);
         col(cs, self ? (time ? "CHANGE_MS" : "CHANGE_PP") : (time ? "TOTAL_MS" : "TOTAL_PP"),
@@ -1218,9 +1216,9 @@ static void md_rows(struct out *o, const struct diff *d, bool regressions)
                             "|:--|--:|--:|--:|--:|\n");
         else
                 out_printf(o,
-                           "| %s | Location | Base | New | Change | Relative |\n"
+                           "| Function | %s | Base | New | Change | Relative |\n"
                            "|:--|:--|--:|--:|--:|--:|\n",
-                           d->opts->view == DIFF_BY_LINE ? "Function" : "Function");
+                           d->opts->view == DIFF_BY_LINE ? "Line" : "Location");
         size_t limit = d->opts->top ? d->opts->top : SIZE_MAX;
         /* Rows sorted by |change|: a pass in table order lists the largest first. */
         for (size_t i = 0; i < d->n_rows && listed < limit; i++) {

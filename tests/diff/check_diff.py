@@ -91,6 +91,9 @@ def diff_cases(c):
     c.ok("json: counts add up", sum(r["self_base_samples"] for r in j["rows"]) <= j["base"]["samples"])
     c.case("diff-markdown-gate", ["--format", "markdown", "--fail-on", "self:+5pp", "--fail-on",
                                   "total:+20%", "app.db", "slower.db"], rc=1, err=True)
+    c.case("diff-by-line-markdown", ["--by-line", "--format", "markdown", "app.db", "slower.db"])
+    c.case("diff-folded-markdown", ["--folded", "--format", "markdown", "--fail-on", "self:+10%",
+                                    "app.db", "slower.db"], rc=1, err=True)
     c.case("diff-gate-drop", ["--fail-on", "self:-5pp", "--top", "3", "app.db", "slower.db"],
            rc=1, err=True)
     c.case("diff-gate-not-crossed", ["--fail-on", "self:+50pp", "--fail-on", "total:+200%",
