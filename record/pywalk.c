@@ -104,10 +104,13 @@ struct snap {
         size_t cap_iov;
 };
 
-static int snap_reserve(struct snap *s, size_t extra)
+/* Room for `spans` more spans and `extra` more bytes. */
+static int snap_reserve(struct snap *s, size_t spans, size_t extra)
 {
-        if (s->n == s->cap) {
-                size_t cap = s->cap ? s->cap * 2 : 64;
+        if (s->cap - s->n < spans) {
+                size_t cap = s->cap ? s->cap : 64;
+                while (cap - s->n < spans)
+                        cap *= 2;
                 struct span *v = realloc(s->v, cap * sizeof(*v));
                 if (!v)
                         return -ENOMEM;
@@ -169,10 +172,13 @@ struct code_entry {
         int32_t firsttraceable; /* code units, -1 when unknown */
         uint64_t code_bytes;    /* length of the bytecode, 0 when unknown */
         struct lt_map lines;
-        bool shim; /* the 3.13+ _Py_InitCleanup "__init__" shim */
+        bool shim;        /* the 3.13+ _Py_InitCleanup "__init__" shim */
+        bool short_lived; /* a module body or run-time compiled code: re-checked every sample */
         uint64_t *tlbc;
         uint32_t n_tlbc;
-        uint64_t checked_sample; /* last sample that re-read it */
+        uint64_t checked_sample; /* last sample that compared it with its object */
+        uint64_t seen_sample;    /* last sample with one of its frames */
+        uint64_t pending_sample; /* last sample it was queued for comparison in */
 };
 
 struct type_flags {
@@ -222,6 +228,8 @@ struct pywalk {
         size_t n_types;
 
         struct pywalk_frame *frames;
+        struct code_entry **pending; /* entries to compare with their objects */
+        size_t n_pending;
         uint64_t sample_no;
 
         int32_t tid_off; /* of the TID in glibc's struct pthread, -1 unknown */
@@ -237,7 +245,7 @@ static int fetch(struct pywalk *w, uint64_t addr, void *dst, size_t len)
         struct snap *s = &w->snap;
         struct span *p = snap_find(s, addr, len);
         if (!p) {
-                int rc = snap_reserve(s, len);
+                int rc = snap_reserve(s, 1, len);
                 if (rc < 0)
                         return rc;
                 rc = memsrc_read(w->m, addr, s->buf + s->len, len);
@@ -262,7 +270,7 @@ static int fetch_region(struct pywalk *w, uint64_t addr, size_t len)
                 p->used = true;
                 return 0;
         }
-        int rc = snap_reserve(s, len);
+        int rc = snap_reserve(s, 1, len);
         if (rc < 0)
                 return rc;
         rc = memsrc_read(w->m, addr, s->buf + s->len, len);
@@ -274,6 +282,40 @@ static int fetch_region(struct pywalk *w, uint64_t addr, size_t len)
         s->v[s->n++] = (struct span){.addr = addr, .len = len, .off = s->len, .used = true};
         s->len += len;
         return 0;
+}
+
+/*
+ * fetch() for n ranges at once: those not in the snapshot are read in one
+ * batched call and kept. Returns 0, or the error of that call (then nothing
+ * is kept).
+ */
+static int fetch_batch(struct pywalk *w, const struct memsrc_iov *want, size_t n)
+{
+        struct snap *s = &w->snap;
+        size_t bytes = 0, k = 0;
+        for (size_t i = 0; i < n; i++)
+                bytes += want[i].len;
+        int rc = snap_reserve(s, n, bytes);
+        struct memsrc_iov *iov = rc == 0 ? malloc(n * sizeof(*iov)) : NULL;
+        if (!iov)
+                return -ENOMEM;
+        size_t off = s->len;
+        for (size_t i = 0; i < n; i++) {
+                if (snap_find(s, want[i].addr, want[i].len))
+                        continue;
+                iov[k++] = (struct memsrc_iov){want[i].addr, s->buf + off, want[i].len};
+                off += want[i].len;
+        }
+        rc = k ? memsrc_readv(w->m, iov, k) : 0;
+        for (size_t i = 0; rc == 0 && i < k; i++) {
+                s->v[s->n++] = (struct span){
+                    .addr = iov[i].addr, .len = iov[i].len, .off = s->len, .used = true};
+                s->len += iov[i].len;
+        }
+        free(iov);
+        for (size_t i = 0; rc == 0 && i < n; i++)
+                rc = fetch(w, want[i].addr, want[i].buf, want[i].len);
+        return rc;
 }
 
 static bool covered(struct pywalk *w, uint64_t addr, size_t len)
@@ -305,7 +347,7 @@ static void snap_begin(struct pywalk *w)
                 s->iov = iov;
                 s->cap_iov = s->n_next;
         }
-        if (snap_reserve(s, total) < 0)
+        if (snap_reserve(s, 0, total) < 0)
                 return;
         size_t off = 0;
         for (size_t i = 0; i < s->n_next; i++) {
@@ -672,6 +714,7 @@ static int code_build(struct pywalk *w, uint64_t addr, const struct code_head *h
         e->code_bytes = code_bytes;
         e->shim = L->init_shim && strcmp(e->pub.name, "__init__") == 0 &&
                   strcmp(e->pub.file, "__init__") == 0;
+        e->short_lived = strcmp(e->pub.name, "<module>") == 0 || e->pub.file[0] == '<';
         e->checked_sample = w->sample_no;
         *out = e;
         return 0;
@@ -684,60 +727,64 @@ fail:
 }
 
 /*
- * Whether the cached entry still describes the object at its address. A
- * code object can be freed and another built at the same address (modules
- * run once and are dropped, functions are redefined): its instruction
- * pointer may well fit the old entry, so the identity fields (first line,
- * file, name, qualified name, line table) are compared once per sample. They
- * are read through fetch(), so the span joins the next sample's batched
- * prefetch: in steady state the check costs no system call of its own.
- * Returns 0 when unchanged, 1 when changed, or a read error.
+ * Whether a cached entry still describes the object at its address. A code
+ * object can be freed and another built at the same address, and its
+ * instruction pointer may well fit the old entry; so the identity fields
+ * (first line, file, name, qualified name, line table) are compared again:
+ *  - every sample for short-lived code: module bodies (run once, then
+ *    dropped: a startup import's <module> is the typical victim) and code
+ *    compiled at run time (file names like "<string>");
+ *  - for other code, whenever it comes back onto a stack (not used in the
+ *    previous sample). A function's code on the stacks sample after sample
+ *    is not re-read: it would have to be freed and rebuilt between two
+ *    samples, and the instruction-pointer check still applies then.
+ * The comparisons of one thread are batched into one read, and the windows
+ * join the next sample's prefetch, so a module body that keeps running costs
+ * no system call of its own.
  */
-static int code_recheck(struct pywalk *w, struct code_entry **pe);
-
-static int code_still_same(struct pywalk *w, const struct code_entry *e)
+static void code_id_window(const struct pylayout *L, int32_t *lo, int32_t *hi)
 {
-        const struct pylayout *L = &w->L;
         const int32_t offs[] = {L->co_firstlineno, L->co_filename, L->co_name, L->co_linetable,
                                 L->co_qualname};
-        int32_t lo = INT32_MAX, hi = 0;
+        *lo = INT32_MAX;
+        *hi = 0;
         for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
                 if (offs[i] < 0)
                         continue;
-                lo = offs[i] < lo ? offs[i] : lo;
-                hi = offs[i] + 8 > hi ? offs[i] + 8 : hi;
+                *lo = offs[i] < *lo ? offs[i] : *lo;
+                *hi = offs[i] + 8 > *hi ? offs[i] + 8 : *hi;
         }
-        uint8_t buf[CODE_BUF];
-        if (lo >= hi || hi - lo > (int32_t)sizeof(buf))
-                return 1;
-        int rc = fetch(w, e->addr + (uint64_t)lo, buf, (size_t)(hi - lo));
-        if (rc < 0)
-                return fatal_read(rc) ? rc : 1;
-        if (rd32(buf + L->co_firstlineno - lo) != e->pub.first_line ||
-            rd64(buf + L->co_filename - lo) != e->ptr[P_FILE] ||
-            rd64(buf + L->co_name - lo) != e->ptr[P_NAME] ||
-            rd64(buf + L->co_linetable - lo) != e->ptr[P_TABLE] ||
-            (L->co_qualname >= 0 && rd64(buf + L->co_qualname - lo) != e->ptr[P_QUALNAME]))
-                return 1;
-        return 0;
 }
 
-/* The cached entry for the code object at addr, decoding it on a miss. */
-static int code_get(struct pywalk *w, uint64_t addr, struct code_entry **out)
+/* Whether the identity window `buf` (read at e->addr + lo) matches the entry. */
+static bool code_same(const struct pylayout *L, const struct code_entry *e, const uint8_t *buf,
+                      int32_t lo)
+{
+        return rd32(buf + L->co_firstlineno - lo) == e->pub.first_line &&
+               rd64(buf + L->co_filename - lo) == e->ptr[P_FILE] &&
+               rd64(buf + L->co_name - lo) == e->ptr[P_NAME] &&
+               rd64(buf + L->co_linetable - lo) == e->ptr[P_TABLE] &&
+               (L->co_qualname < 0 || rd64(buf + L->co_qualname - lo) == e->ptr[P_QUALNAME]);
+}
+
+static int code_recheck(struct pywalk *w, struct code_entry **pe);
+
+/*
+ * The cached entry for the code object at addr, decoding it on a miss.
+ * *check is set when the entry must be compared with the object again
+ * before its frames are reported (see code_id_window()).
+ */
+static int code_get(struct pywalk *w, uint64_t addr, struct code_entry **out, bool *check)
 {
         struct code_entry *e = code_lookup(w, addr);
+        *check = false;
         if (e) {
-                if (e->checked_sample != w->sample_no) {
-                        int rc = code_still_same(w, e);
-                        if (rc < 0)
-                                return rc;
-                        if (rc > 0) {
-                                rc = code_recheck(w, &e); /* rebuilds it under a new id */
-                                if (rc < 0)
-                                        return rc;
-                        }
-                        e->checked_sample = w->sample_no;
+                bool due = e->short_lived || e->seen_sample + 1 < w->sample_no;
+                if (due && e->checked_sample != w->sample_no && e->pending_sample != w->sample_no) {
+                        e->pending_sample = w->sample_no;
+                        *check = true;
                 }
+                e->seen_sample = w->sample_no;
                 *out = e;
                 return 0;
         }
@@ -749,6 +796,7 @@ static int code_get(struct pywalk *w, uint64_t addr, struct code_entry **out)
         if (rc < 0)
                 return rc;
         e->pub.id = ++w->next_id;
+        e->seen_sample = w->sample_no;
         rc = code_insert(w, e);
         if (rc < 0) {
                 code_free(e);
@@ -756,6 +804,43 @@ static int code_get(struct pywalk *w, uint64_t addr, struct code_entry **out)
         }
         *out = e;
         return 0;
+}
+
+/*
+ * Compare the entries in w->pending with their objects, in one batched read
+ * (windows already in the snapshot cost nothing). A changed object gets a
+ * new entry (and id). Returns 1 when one changed (the frames must be walked
+ * again), 0 when none did, or an error (PYWALK_TORN when unreadable).
+ */
+static int code_verify_pending(struct pywalk *w)
+{
+        const struct pylayout *L = &w->L;
+        int32_t lo, hi;
+        code_id_window(L, &lo, &hi);
+        size_t len = (size_t)(hi - lo), n = w->n_pending;
+        uint8_t *buf = malloc(n * len);
+        struct memsrc_iov *iov = malloc(n * sizeof(*iov));
+        int rc = buf && iov ? 0 : -ENOMEM;
+        for (size_t i = 0; rc == 0 && i < n; i++)
+                iov[i] =
+                    (struct memsrc_iov){w->pending[i]->addr + (uint64_t)lo, buf + i * len, len};
+        if (rc == 0)
+                rc = fetch_batch(w, iov, n);
+        bool changed = false;
+        for (size_t i = 0; rc == 0 && i < n; i++) {
+                struct code_entry *e = w->pending[i];
+                if (code_same(L, e, buf + i * len, lo)) {
+                        e->checked_sample = w->sample_no;
+                        continue;
+                }
+                rc = code_recheck(w, &e); /* rebuilds it under a new id */
+                changed = true;
+        }
+        free(buf);
+        free(iov);
+        if (rc < 0)
+                return fatal_read(rc) ? rc : PYWALK_TORN;
+        return changed;
 }
 
 /*
@@ -908,10 +993,11 @@ static int chunk_load(struct pywalk *w, uint64_t chunk, uint64_t top, uint64_t *
 }
 
 /*
- * Walk one thread's frames into w->frames. Returns 0, PYWALK_TORN, or a
+ * One pass over a thread's frames into w->frames; cache entries to compare
+ * with their objects are left in w->pending. Returns 0, PYWALK_TORN, or a
  * negative errno that ends the sample.
  */
-static int walk_frames(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uint32_t *depth)
+static int walk_pass(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uint32_t *depth)
 {
         const struct pylayout *L = &w->L;
         uint64_t addr = rd64(ts + L->ts_frame);
@@ -933,6 +1019,7 @@ static int walk_frames(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uin
         struct cycle cyc;
         cycle_init(&cyc);
         uint64_t last = 0;
+        w->n_pending = 0;
         for (uint32_t steps = 0; addr; steps++) {
                 if (steps == MAX_STEPS || cycle_seen(&cyc, addr))
                         return PYWALK_TORN;
@@ -955,11 +1042,14 @@ static int walk_frames(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uin
                 if (owner >= L->owner_skip_from || !code)
                         continue; /* entry frame of a C call into the eval loop, or being cleared */
                 struct code_entry *e;
-                rc = code_get(w, code, &e);
+                bool check;
+                rc = code_get(w, code, &e, &check);
                 if (rc == NOT_CODE && L->executable_any)
                         continue;
                 if (rc != 0)
                         return rc == NOT_CODE || !fatal_read(rc) ? PYWALK_TORN : rc;
+                if (check && w->n_pending < MAX_STEPS)
+                        w->pending[w->n_pending++] = e;
                 int64_t off;
                 if ((rc = frame_offset(w, fr, code, &e, owner, &off)) < 0)
                         return rc;
@@ -975,6 +1065,26 @@ static int walk_frames(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uin
         if (L->ts_base_frame >= 0 && last && last != tstate + (uint64_t)L->ts_base_frame)
                 return PYWALK_TORN;
         return 0;
+}
+
+/*
+ * Walk one thread's frames into w->frames, then make sure no frame used a
+ * cache entry that no longer matches its object; if one did, walk again (the
+ * second pass reads nothing new: everything is in the snapshot). Returns 0,
+ * PYWALK_TORN, or a negative errno that ends the sample.
+ */
+static int walk_frames(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uint32_t *depth)
+{
+        for (int pass = 0;; pass++) {
+                int rc = walk_pass(w, tstate, ts, depth);
+                if (rc < 0 || !w->n_pending)
+                        return rc;
+                rc = code_verify_pending(w);
+                if (rc <= 0)
+                        return rc;
+                if (pass == 1)
+                        return PYWALK_TORN;
+        }
 }
 
 /* ---- threads and interpreters ------------------------------------------------ */
@@ -1277,9 +1387,10 @@ int pywalk_open(const struct pyfind_target *t, struct memsrc *m, struct pywalk *
         }
         if (rc == 0) {
                 w->frames = calloc(PYWALK_MAX_DEPTH, sizeof(*w->frames));
+                w->pending = calloc(MAX_STEPS, sizeof(*w->pending));
                 w->hash_cap = 1024;
                 w->hash = calloc(w->hash_cap, sizeof(*w->hash));
-                if (!w->frames || !w->hash) {
+                if (!w->frames || !w->pending || !w->hash) {
                         snprintf(err, errlen, "out of memory");
                         rc = PYFIND_UNSUPPORTED;
                 }
@@ -1317,6 +1428,7 @@ void pywalk_close(struct pywalk *w)
         free(w->all);
         free(w->hash);
         free(w->frames);
+        free(w->pending);
         free(w->snap.v);
         free(w->snap.buf);
         free(w->snap.next);

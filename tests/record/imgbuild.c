@@ -730,6 +730,11 @@ static uint64_t push(struct pyimg *p, int t, enum pyimg_frame_kind kind, uint64_
         return f;
 }
 
+void pyimg_set_top(struct pyimg *p, int t, uint64_t frame)
+{
+        set_top(p, t, frame);
+}
+
 uint64_t pyimg_push(struct pyimg *p, int t, enum pyimg_frame_kind kind, uint64_t code, int unit)
 {
         return push(p, t, kind, code, unit, 0);

@@ -135,6 +135,9 @@ uint64_t pyimg_push(struct pyimg *p, int t, enum pyimg_frame_kind kind, uint64_t
 /* Same, for a frame running thread-local bytecode copy tlbc_index (3.14t). */
 uint64_t pyimg_push_tlbc(struct pyimg *p, int t, uint64_t code, int unit, int tlbc_index);
 
+/* Make `frame` (an address pyimg_push() returned, or 0) thread t's current frame. */
+void pyimg_set_top(struct pyimg *p, int t, uint64_t frame);
+
 /* GIL holder (0: released) of interp; enabled < 0 for GIL builds, 0/1 for free-threaded. */
 void pyimg_gil(struct pyimg *p, uint64_t interp, uint64_t holder_tstate, int enabled);
 /* 3.13+ tstate->state (DETACHED 0, ATTACHED 1). */

@@ -575,6 +575,47 @@ static void check_code_reuse_smaller(void **state)
         pyimg_free(&p);
 }
 
+/*
+ * A function's code object leaves the stacks, is freed, and another is built
+ * at its address before it is called again: compared when it comes back.
+ */
+static void check_code_reuse_return(void **state)
+{
+        const struct ver *v = *state;
+        struct pyimg p;
+        make_image(v, &p);
+        uint64_t main_code = mkcode(&p, "main", "main", "/app/m.py", 1, 20, 0);
+        uint64_t helper = mkcode(&p, "helper", "helper", "/app/h.py", 10, 20, 0);
+        uint64_t other = mkcode(&p, "other", "Other.other", "/app/o.py", 40, 20, 0);
+        int t = pyimg_add_thread(&p, p.interps[0], -1);
+        uint64_t bottom = pyimg_push(&p, t, PYIMG_FRAME, main_code, 1);
+        uint64_t top = pyimg_push(&p, t, PYIMG_FRAME, helper, 4);
+        struct pywalk *w = open_walk(&p);
+        struct got g;
+        sample(w, &g);
+        assert_int_equal(g.t[0].depth, 2);
+        assert_string_equal(g.t[0].f[0].name, "helper");
+        /* helper returns; its code object is freed and `other` built in its place. */
+        pyimg_set_top(&p, t, bottom);
+        sample(w, &g);
+        assert_int_equal(g.t[0].depth, 1);
+        size_t len =
+            p.L.co_code_adaptive >= 0 ? (size_t)p.L.co_code_adaptive + 2 * 20 : p.L.co_read;
+        memcpy(img_at(p.img, helper, len), img_at(p.img, other, len), len);
+        pyimg_set_top(&p, t, top); /* a new call, same frame slot, same unit */
+        sample(w, &g);
+        assert_int_equal(g.t[0].status, 0);
+        assert_int_equal(g.t[0].depth, 2);
+        assert_string_equal(g.t[0].f[0].name, "other");
+        assert_string_equal(g.t[0].f[0].file, "/app/o.py");
+        assert_int_equal(g.t[0].f[0].line, 45);
+        /* Still there next sample: no re-read needed, same answer. */
+        sample(w, &g);
+        assert_string_equal(g.t[0].f[0].name, "other");
+        pywalk_close(w);
+        pyimg_free(&p);
+}
+
 /* ---- torn memory ---- */
 
 static int one_thread_status(struct pyimg *p, struct got *g)
@@ -951,6 +992,7 @@ static const struct scenario scenarios[] = {
     {"nogil", check_no_gil, free_threaded},
     {"code-reuse", check_code_reuse, any},
     {"code-reuse-smaller", check_code_reuse_smaller, any},
+    {"code-reuse-return", check_code_reuse_return, any},
     {"torn-cycle", check_torn_cycle, any},
     {"torn-type", check_torn_type, any},
     {"torn-str", check_torn_strings, any},
