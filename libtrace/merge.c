@@ -37,11 +37,14 @@ struct merge {
         uint32_t n_recordings;
 };
 
-/* A failure of the source, told on the writer with the source's message. */
+/* A failure of the source, told on the writer with the source's message (which names it). */
 static int source_failed(struct merge *m, int status)
 {
+        const char *msg = trace_reader_errmsg(m->src);
+        if (msg && *msg)
+                return trace_writer_fail(m->w, status, "%s", msg);
         return trace_writer_fail(m->w, status, "%s: %s", m->file ? m->file : "source trace",
-                                 trace_reader_errmsg(m->src));
+                                 trace_status_str(status));
 }
 
 static int copy_recordings(struct merge *m)
@@ -234,15 +237,14 @@ TRACE_API int trace_writer_add_recording(struct trace_writer *w, struct trace_re
                 return trace_writer_fail(w, TRACE_ERR_ARG, "offset %lld ns out of range",
                                          (long long)offset_ns);
         struct trace_summary sum;
-        int rc = trace_reader_summary(src, &sum);
-        if (rc < 0)
-                return trace_writer_fail(w, rc, "%s: %s", file ? file : "source trace",
-                                         trace_reader_errmsg(src));
         struct merge m = {.w = w,
                           .src = src,
                           .file = file,
                           .offset_ns = offset_ns,
                           .origin_ns = trace_writer_origin_ns(w)};
+        int rc = trace_reader_summary(src, &sum);
+        if (rc < 0)
+                return source_failed(&m, rc);
         if ((rc = copy_recordings(&m)) == 0 && (rc = copy_processes(&m)) == 0 &&
             (rc = copy_threads(&m)) == 0 && (rc = copy_frames_and_stacks(&m)) == 0)
                 rc = copy_samples_and_errors(&m);

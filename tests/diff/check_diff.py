@@ -148,6 +148,31 @@ def diff_cases(c):
             ["--format", "csv", "app.db", "slower.db"])[1])
 
 
+def damage(work):
+    """truncated.db: app.db cut in half; badblob.db: one sample chunk damaged."""
+    with open(os.path.join(work, "app.db"), "rb") as f:
+        data = f.read()
+    with open(os.path.join(work, "truncated.db"), "wb") as f:
+        f.write(data[:len(data) // 2])
+    shutil.copy(os.path.join(work, "app.db"), os.path.join(work, "badblob.db"))
+    db = sqlite3.connect(os.path.join(work, "badblob.db"))
+    db.execute("UPDATE sample_chunks SET data = X'0102' WHERE id = 2")
+    db.commit()
+    db.close()
+
+
+def damaged_cases(c):
+    r = c.report
+    c.case("diff-truncated", ["truncated.db", "app.db"], rc=2)
+    c.case("diff-bad-blob", ["app.db", "badblob.db"], rc=2)
+    c.case("diff-bad-blob-window", ["badblob.db@1s..2s", "app.db"], rc=2)
+    c.case("slices-bad-blob", ["--slices", "1s", "badblob.db"], rc=2, prog=r)
+    c.case("merge-bad-blob", ["merge", "app.db", "badblob.db", "-o", "bad-merge.db"], rc=2,
+           prog=r)
+    c.ok("merge: nothing left of a failed merge",
+         not [f for f in os.listdir(c.work) if "bad-merge" in f], str(os.listdir(c.work)))
+
+
 def slices_cases(c):
     r = c.report
     out, _ = c.case("slices-1s", ["--slices", "1s", "phases.db"], prog=r)
@@ -266,9 +291,11 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     subprocess.run([make_traces, work], check=True)
     c = Checker(diff, report, golden, work)
+    damage(work)
     diff_cases(c)
     slices_cases(c)
     merge_cases(c)
+    damaged_cases(c)
     print("%d passed, %d failed%s" % (c.passed, c.failed, " (goldens updated)" if UPDATE else ""))
     return 1 if c.failed else 0
 
