@@ -16,6 +16,10 @@
  * those existed lack them, and are read as one recording described by
  * their meta.
  *
+ * Source texts (the sources table, absent from older files) are indexed at
+ * open, names and sizes only; a text is read and inflated when asked for,
+ * into a buffer of the size the index promised, never more.
+ *
  * Samples are never loaded wholesale. trace_reader_foreach_sample() steps
  * through the chunk rows of the snapshot in id order, lets SQL skip the
  * chunks outside the time window, skips chunks of unwanted threads without
@@ -32,6 +36,7 @@
 #include <unistd.h>
 
 #include <sqlite3.h>
+#include <zlib.h>
 
 #include "chunk.h"
 #include "pfutil.h"
@@ -73,6 +78,19 @@ struct rrecording {
         size_t n_meta, cap_meta;
 };
 
+struct rsource {
+        uint32_t file; /* string id */
+        uint64_t size, stored;
+        int64_t mtime_ns;
+        int encoding;
+};
+
+/* sources.encoding (schema/trace.sql); other codes are skipped as unknown. */
+enum { SOURCE_PLAIN = 0, SOURCE_ZLIB = 1 };
+
+/* A zlib stream of n bytes of text takes at most about this much (zlib's compressBound). */
+#define ZLIB_BOUND(n) ((n) + ((n) >> 12) + ((n) >> 14) + ((n) >> 25) + 13)
+
 struct rerror {
         int32_t pid;
         unsigned kind;
@@ -106,6 +124,9 @@ struct trace_reader {
         /* Rows of the recordings table: ids 1..n; none for a single recording. */
         struct rrecording *recordings;
         uint32_t n_recordings;
+
+        struct rsource *sources;
+        uint32_t n_sources;
 
         uint64_t errors[TRACE_ERROR_KIND_COUNT];
         struct rerror *error_rows;
@@ -832,6 +853,49 @@ static int load_recordings(struct trace_reader *r)
         return end_rows(r, st, rc, "reading recording meta");
 }
 
+static int load_sources(struct trace_reader *r)
+{
+        bool has = false;
+        uint32_t n;
+        sqlite3_stmt *st;
+        int rc = schema_has(r, "sources", NULL, &has);
+        if (rc < 0 || !has)
+                return rc;
+        if ((rc = count_rows(r, "sources", &n)) < 0 ||
+            (rc = prepare(r,
+                          "SELECT file, size, mtime_ns, encoding, length(data) FROM sources "
+                          "ORDER BY file",
+                          &st, "sources")) < 0)
+                return rc;
+        r->sources = calloc(n ? n : 1, sizeof(*r->sources));
+        if (!r->sources) {
+                sqlite3_finalize(st);
+                return fail_nomem(r);
+        }
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                int64_t file, size, mtime, encoding, stored;
+                if (r->n_sources >= n) {
+                        sqlite3_finalize(st);
+                        return corrupt(r, "source table changed while reading");
+                }
+                if (!col_int(st, 0, 1, r->n_strings, &file) ||
+                    !col_int(st, 1, 0, TRACE_SOURCE_MAX_BYTES, &size) ||
+                    !col_int_or_null(st, 2, 0, INT64_MAX, -1, &mtime) ||
+                    !col_int(st, 3, 0, INT64_MAX, &encoding) ||
+                    !col_int(st, 4, 0, ZLIB_BOUND(TRACE_SOURCE_MAX_BYTES), &stored) ||
+                    (encoding == SOURCE_PLAIN && stored != size)) {
+                        sqlite3_finalize(st);
+                        return corrupt(r, "a source has a bad file, size, time or encoding");
+                }
+                /* Encodings added by later versions: this reader has no such source. */
+                if (encoding != SOURCE_PLAIN && encoding != SOURCE_ZLIB)
+                        continue;
+                r->sources[r->n_sources++] = (struct rsource){
+                    (uint32_t)file, (uint64_t)size, (uint64_t)stored, mtime, (int)encoding};
+        }
+        return end_rows(r, st, rc, "reading sources");
+}
+
 static int load_chunk_totals(struct trace_reader *r)
 {
         sqlite3_stmt *st;
@@ -920,7 +984,7 @@ static int load(struct trace_reader *r)
         if ((rc = check_schema(r)) < 0 || (rc = load_meta(r)) < 0 || (rc = load_strings(r)) < 0 ||
             (rc = load_frames(r)) < 0 || (rc = load_stacks(r)) < 0 ||
             (rc = load_recordings(r)) < 0 || (rc = load_processes(r)) < 0 ||
-            (rc = load_threads(r)) < 0 || (rc = load_errors(r)) < 0 ||
+            (rc = load_threads(r)) < 0 || (rc = load_errors(r)) < 0 || (rc = load_sources(r)) < 0 ||
             (rc = load_chunk_totals(r)) < 0) {
                 sqlite3_exec(r->db, "ROLLBACK", NULL, NULL, NULL);
                 return rc;
@@ -991,6 +1055,7 @@ TRACE_API void trace_reader_close(struct trace_reader *r)
                 free(rec->meta_values);
         }
         free(r->recordings);
+        free(r->sources);
         free(r->error_rows);
         free(r->path);
         free(r);
@@ -1235,6 +1300,103 @@ TRACE_API bool trace_reader_recording_meta_at(const struct trace_reader *r, uint
         if (value)
                 *value = rec->meta_values[i];
         return true;
+}
+
+TRACE_API uint32_t trace_reader_source_count(const struct trace_reader *r)
+{
+        return r && r->loaded ? r->n_sources : 0;
+}
+
+TRACE_API int trace_reader_source_at(const struct trace_reader *r, uint32_t i,
+                                     struct trace_source *out)
+{
+        if (!r || !out || !r->loaded || i >= r->n_sources)
+                return TRACE_ERR_ARG;
+        const struct rsource *src = &r->sources[i];
+        *out = (struct trace_source){r->strings[src->file], src->size, src->mtime_ns, src->stored};
+        return 0;
+}
+
+/* Inflate a zlib stream into exactly `size` bytes at `out`; false when it is anything else. */
+static bool inflate_exact(const void *in, size_t in_len, uint8_t *out, size_t size)
+{
+        z_stream z = {0};
+        if (inflateInit(&z) != Z_OK)
+                return false;
+        z.next_in = (Bytef *)(uintptr_t)in;
+        z.avail_in = (uInt)in_len;
+        z.next_out = out;
+        z.avail_out = (uInt)size;
+        int zr = inflate(&z, Z_FINISH);
+        /* The whole input, one stream, exactly `size` bytes: nothing left on either side. */
+        bool ok = zr == Z_STREAM_END && z.avail_in == 0 && z.avail_out == 0;
+        inflateEnd(&z);
+        return ok;
+}
+
+TRACE_API int trace_reader_source(struct trace_reader *r, const char *file, char **data,
+                                  size_t *len)
+{
+        if (!r || !file || !data || !len)
+                return TRACE_ERR_ARG;
+        if (!r->loaded)
+                return fail(r, TRACE_ERR_STATE, "the trace could not be opened");
+        const struct rsource *src = NULL;
+        for (uint32_t i = 0; i < r->n_sources && !src; i++)
+                if (!strcmp(r->strings[r->sources[i].file], file))
+                        src = &r->sources[i];
+        if (!src)
+                return 0;
+        sqlite3_stmt *st;
+        int rc = sqlite3_prepare_v2(r->db, "SELECT encoding, data FROM sources WHERE file = ?1", -1,
+                                    &st, NULL);
+        if (rc != SQLITE_OK)
+                return fail_sqlite(r, rc, "reading a source");
+        sqlite3_bind_int64(st, 1, src->file);
+        rc = sqlite3_step(st);
+        int status = 0;
+        char *text = NULL;
+        if (rc != SQLITE_ROW) {
+                status = rc == SQLITE_DONE ? corrupt(r, "the source of %s vanished", file)
+                                           : fail_sqlite(r, rc, "reading a source");
+                goto out;
+        }
+        int type = sqlite3_column_type(st, 1);
+        const void *blob = sqlite3_column_blob(st, 1);
+        size_t blob_len = (size_t)sqlite3_column_bytes(st, 1);
+        if (!blob && blob_len == 0 && sqlite3_errcode(r->db) == SQLITE_NOMEM) {
+                status = fail_nomem(r);
+                goto out;
+        }
+        /* The index said how big it is: a row that changed since is not trusted. */
+        if (type != SQLITE_BLOB || blob_len != src->stored ||
+            sqlite3_column_int64(st, 0) != src->encoding) {
+                status = corrupt(r, "the source of %s is not what its index says", file);
+                goto out;
+        }
+        if (!(text = malloc(src->size + 1))) {
+                status = fail_nomem(r);
+                goto out;
+        }
+        bool ok = true;
+        if (src->encoding == SOURCE_ZLIB)
+                ok = inflate_exact(blob, blob_len, (uint8_t *)text, src->size);
+        else if (src->size)
+                memcpy(text, blob, src->size);
+        if (!ok || memchr(text, '\0', src->size)) {
+                status = corrupt(r, "the source of %s %s", file,
+                                 ok ? "is not text (a NUL byte)" : "does not inflate to its size");
+                goto out;
+        }
+        text[src->size] = '\0';
+        *data = text;
+        *len = src->size;
+        text = NULL;
+        status = 1;
+out:
+        free(text);
+        sqlite3_finalize(st);
+        return status;
 }
 
 bool trace_reader_error_at(const struct trace_reader *r, size_t i, int32_t *pid, unsigned *kind,

@@ -89,6 +89,9 @@ enum trace_frame_kind {
 #define TRACE_META_CMDLINE        "cmdline"
 #define TRACE_META_PYTHON_VERSION "python_version"
 #define TRACE_META_PYTHON_BUILD   "python_build"
+#define TRACE_META_SOURCE_FILES   "source_files"   /* sources stored */
+#define TRACE_META_SOURCE_BYTES   "source_bytes"   /* their text, bytes */
+#define TRACE_META_SOURCE_SKIPPED "source_skipped" /* files of frames not stored */
 
 /* ------------------------------------------------------------------ */
 /* Writer                                                              */
@@ -204,6 +207,22 @@ enum trace_error_kind {
 /* Count `n` errors of `kind` (for process `pid`, or 0 for the recorder). */
 TRACE_API int trace_writer_count_error(struct trace_writer *w, int32_t pid,
                                        enum trace_error_kind kind, uint64_t n);
+
+/* The largest source text a trace holds for one file (schema/trace.sql: sources). */
+#define TRACE_SOURCE_MAX_BYTES (16u << 20)
+
+/*
+ * Store the text of source file `file` (named as frames name it) in the
+ * trace: `len` bytes at `data` (copied; no NUL byte, at most
+ * TRACE_SOURCE_MAX_BYTES), with the file's modification time `mtime_ns`
+ * (wall clock, ns since the epoch; -1 when unknown). Compressed with zlib
+ * now when that makes it smaller, written at the next flush. Returns 0 when
+ * stored, 1 when the trace holds a source for `file` already (the first is
+ * kept, nothing changes), or a negative status: TRACE_ERR_ARG for a missing
+ * name, text too long or not text (a NUL byte), TRACE_ERR_NOMEM.
+ */
+TRACE_API int trace_writer_add_source(struct trace_writer *w, const char *file, const void *data,
+                                      size_t len, int64_t mtime_ns);
 
 /* Commit everything buffered so far (samples, new frames, stacks, threads, meta). */
 TRACE_API int trace_writer_flush(struct trace_writer *w);
@@ -363,6 +382,32 @@ TRACE_API bool trace_reader_recording_meta_at(const struct trace_reader *r, uint
  */
 TRACE_API int trace_reader_process_origin(const struct trace_reader *r, uint32_t i,
                                           uint32_t *recording_id, int32_t *source_pid);
+
+/*
+ * Source files stored in the trace (by pyflame-record, unless --no-source).
+ * A trace written before sources existed holds none.
+ */
+struct trace_source {
+        const char *file; /* as frames name it; owned by the reader */
+        uint64_t size;    /* bytes of text */
+        int64_t mtime_ns; /* modification time when read (wall clock); -1 unknown */
+        uint64_t stored;  /* bytes it takes in the file (compressed) */
+};
+TRACE_API uint32_t trace_reader_source_count(const struct trace_reader *r);
+/* i-th stored source, 0 <= i < source_count, in no particular order. */
+TRACE_API int trace_reader_source_at(const struct trace_reader *r, uint32_t i,
+                                     struct trace_source *out);
+/*
+ * The text the trace holds for `file`. Returns 1 and sets *data to a
+ * malloc'ed copy that the caller frees (len bytes, plus a NUL after them)
+ * and *len; 0 when the trace holds no source for `file` (outputs
+ * untouched); or a negative status, outputs untouched: TRACE_ERR_CORRUPT
+ * when the stored text is damaged (does not inflate to its size, holds a
+ * NUL byte), TRACE_ERR_NOMEM, TRACE_ERR_IO. At most TRACE_SOURCE_MAX_BYTES
+ * are ever allocated, whatever the file claims.
+ */
+TRACE_API int trace_reader_source(struct trace_reader *r, const char *file, char **data,
+                                  size_t *len);
 
 /*
  * Which samples to visit. Zero-initialise, then set what you need:

@@ -21,6 +21,10 @@
  * and synchronous=OFF: a killed recorder loses at most its last second, and
  * only an operating-system crash can damage the file.
  *
+ * Source texts (trace_writer_add_source) are compressed when they are
+ * added, off any per-sample path, and held only until the flush that
+ * commits them.
+ *
  * A writer is not thread-safe; the recorder drives it from one thread.
  *
  * A writer that merges traces (merge.c, trace_writer_add_recording) also
@@ -37,6 +41,7 @@
 #include <unistd.h>
 
 #include <sqlite3.h>
+#include <zlib.h>
 
 #include "chunk.h"
 #include "idmap.h"
@@ -110,6 +115,19 @@ struct wrecording {
         bool dirty;
 };
 
+/* A source file's text (trace_writer_add_source). */
+struct wsource {
+        uint32_t file; /* string id */
+        uint64_t size; /* bytes of text */
+        int64_t mtime_ns;
+        int encoding;  /* SOURCE_PLAIN or SOURCE_ZLIB */
+        uint8_t *data; /* what goes to disk; freed once committed */
+        size_t stored;
+};
+
+/* sources.encoding, frozen on disk (schema/trace.sql). */
+enum { SOURCE_PLAIN = 0, SOURCE_ZLIB = 1 };
+
 struct werrors {
         int32_t pid;
         uint64_t n[TRACE_ERROR_KIND_COUNT];
@@ -145,6 +163,7 @@ enum {
         ST_META,
         ST_RECORDING,
         ST_RECORDING_META,
+        ST_SOURCE,
         ST_COUNT
 };
 
@@ -168,6 +187,8 @@ static const char *const statement_sql[ST_COUNT] = {
                      "duration_ns, offset_ns, samples) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     [ST_RECORDING_META] = "INSERT OR REPLACE INTO recording_meta(recording, key, value) "
                           "VALUES (?1, ?2, ?3)",
+    [ST_SOURCE] = "INSERT OR IGNORE INTO sources(file, size, mtime_ns, encoding, data) "
+                  "VALUES (?1, ?2, ?3, ?4, ?5)",
 };
 
 enum writer_state { W_OPEN, W_FINALIZED, W_FAILED };
@@ -219,6 +240,11 @@ struct trace_writer {
         /* Recordings of a merged trace: ids 1..n_recordings at index id - 1. */
         struct wrecording *recordings;
         size_t n_recordings, cap_recordings;
+
+        /* Source texts: index i + 1 in source_index; data kept until committed. */
+        struct wsource *sources;
+        size_t n_sources, cap_sources, committed_sources;
+        struct idmap source_index;
 
         uint64_t samples_total;
 
@@ -758,6 +784,87 @@ TRACE_API int trace_writer_count_error(struct trace_writer *w, int32_t pid,
 }
 
 /* ------------------------------------------------------------------ */
+/* Sources                                                             */
+/* ------------------------------------------------------------------ */
+
+struct source_key {
+        const struct trace_writer *w;
+        uint32_t file;
+};
+
+static bool source_eq(const void *key, uint32_t id)
+{
+        const struct source_key *k = key;
+        return k->w->sources[id - 1].file == k->file;
+}
+
+/*
+ * Compress `data` when that saves space; the text is otherwise kept as it
+ * is. Sets *out (malloc'ed), *stored and *encoding. Returns 0 or -1 (no memory).
+ */
+static int encode_source(const void *data, size_t len, uint8_t **out, size_t *stored, int *encoding)
+{
+        uLongf bound = compressBound((uLong)len);
+        uint8_t *z = malloc(bound ? bound : 1);
+        if (!z)
+                return -1;
+        uLongf zlen = bound;
+        if (compress2(z, &zlen, data, (uLong)len, Z_DEFAULT_COMPRESSION) == Z_OK && zlen < len) {
+                uint8_t *shrunk = realloc(z, zlen);
+                *out = shrunk ? shrunk : z;
+                *stored = zlen;
+                *encoding = SOURCE_ZLIB;
+                return 0;
+        }
+        free(z);
+        uint8_t *copy = malloc(len ? len : 1);
+        if (!copy)
+                return -1;
+        memcpy(copy, data, len);
+        *out = copy;
+        *stored = len;
+        *encoding = SOURCE_PLAIN;
+        return 0;
+}
+
+TRACE_API int trace_writer_add_source(struct trace_writer *w, const char *file, const void *data,
+                                      size_t len, int64_t mtime_ns)
+{
+        int rc = check_open(w);
+        if (rc < 0)
+                return rc;
+        if (!file || !*file || (len && !data))
+                return fail(w, TRACE_ERR_ARG, "a source needs a file name and its text");
+        if (len > TRACE_SOURCE_MAX_BYTES)
+                return fail(w, TRACE_ERR_ARG,
+                            "source of %s: %zu bytes, more than the %u a trace "
+                            "holds for one file",
+                            file, len, TRACE_SOURCE_MAX_BYTES);
+        if (len && memchr(data, '\0', len))
+                return fail(w, TRACE_ERR_ARG, "source of %s: not text (it holds a NUL byte)", file);
+        struct source_key k = {w, 0};
+        if ((rc = intern_string(w, file, &k.file)) < 0)
+                return rc;
+        uint64_t h = pf_hash_u64(0x736f75726365ULL, k.file);
+        if (idmap_find(&w->source_index, h, source_eq, &k))
+                return 1;
+        if (w->n_sources >= MAX_IDS)
+                return fail(w, TRACE_ERR_ARG, "too many sources");
+        struct wsource src = {
+            .file = k.file, .size = len, .mtime_ns = mtime_ns < 0 ? -1 : mtime_ns};
+        if (grow_array((void **)&w->sources, &w->cap_sources, sizeof(*w->sources),
+                       w->n_sources + 1) < 0 ||
+            encode_source(data, len, &src.data, &src.stored, &src.encoding) < 0)
+                return fail_nomem(w);
+        if (idmap_insert(&w->source_index, h, (uint32_t)w->n_sources + 1) < 0) {
+                free(src.data);
+                return fail_nomem(w);
+        }
+        w->sources[w->n_sources++] = src;
+        return 0;
+}
+
+/* ------------------------------------------------------------------ */
 /* Samples                                                             */
 /* ------------------------------------------------------------------ */
 
@@ -922,6 +1029,16 @@ static int write_pending(struct trace_writer *w)
                                     w->strings[i].len, SQLITE_STATIC, SQLITE_UTF8);
                 rc = run(st);
         }
+        st = w->stmt[ST_SOURCE];
+        for (size_t i = w->committed_sources; rc == SQLITE_OK && i < w->n_sources; i++) {
+                const struct wsource *src = &w->sources[i];
+                sqlite3_bind_int64(st, 1, src->file);
+                sqlite3_bind_int64(st, 2, (int64_t)src->size);
+                bind_int_or_null(st, 3, src->mtime_ns, src->mtime_ns >= 0);
+                sqlite3_bind_int64(st, 4, src->encoding);
+                sqlite3_bind_blob64(st, 5, src->data, src->stored, SQLITE_STATIC);
+                rc = run(st);
+        }
         st = w->stmt[ST_FRAME];
         for (uint32_t i = w->committed_frames + 1; rc == SQLITE_OK && i <= w->n_frames; i++) {
                 const struct wframe *f = &w->frames[i];
@@ -1031,6 +1148,11 @@ static void mark_committed(struct trace_writer *w)
         w->committed_strings = w->n_strings;
         w->committed_frames = w->n_frames;
         w->committed_stacks = w->n_stacks;
+        for (size_t i = w->committed_sources; i < w->n_sources; i++) {
+                free(w->sources[i].data);
+                w->sources[i].data = NULL;
+        }
+        w->committed_sources = w->n_sources;
         for (size_t i = 0; i < w->n_processes; i++)
                 w->processes[i].dirty = false;
         for (uint32_t i = 1; i <= w->n_threads; i++) {
@@ -1523,6 +1645,10 @@ TRACE_API void trace_writer_free(struct trace_writer *w)
         }
         free(w->processes);
         free(w->errors);
+        for (size_t i = 0; i < w->n_sources; i++)
+                free(w->sources[i].data);
+        free(w->sources);
+        idmap_free(&w->source_index);
         for (size_t i = 0; i < w->n_recordings; i++) {
                 struct wrecording *rec = &w->recordings[i];
                 free(rec->file);

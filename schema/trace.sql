@@ -16,7 +16,9 @@
 -- recording_meta tables and the recording and source_pid columns of
 -- processes came later within version 1 (a reader of a merged trace that
 -- does not know them sees one recording with more processes). Readers take
--- files without them as single recordings.
+-- files without them as single recordings. So did the sources table (and
+-- source_encodings): a reader that does not know it shows no stored source,
+-- and readers take a file without it as one that stores none.
 --
 -- Units and conventions
 --   *_ns columns are nanoseconds. Sample, chunk, thread and process times are
@@ -42,9 +44,12 @@
 --                       1 read   a memory read failed
 --                       2 late   the sampler missed its deadline (one per missed tick)
 --                       3 other
---   Readers fold an errors.kind they do not know into 3 (other).
---   The tables frame_kinds, state_flags and error_kinds hold the same codes
---   with their names, for joins in plain SQL.
+--   sources.encoding    0 plain  data is the text itself
+--                       1 zlib   data is a zlib stream (RFC 1950) of the text
+--   Readers fold an errors.kind they do not know into 3 (other), and treat a
+--   source whose encoding they do not know as absent.
+--   The tables frame_kinds, state_flags, error_kinds and source_encodings
+--   hold the same codes with their names, for joins in plain SQL.
 --
 -- Tables
 --   meta(key, value)            one row per key; value is TEXT or INTEGER.
@@ -69,6 +74,12 @@
 --       cmdline         TEXT     command line of the (first) target
 --       python_version  TEXT     e.g. "3.12.1"
 --       python_build    TEXT     e.g. "shared", "static,free-threaded"
+--       source_files    INTEGER  source files stored in sources (absent with
+--                                pyflame-record --no-source)
+--       source_bytes    INTEGER  their text, bytes (before compression)
+--       source_skipped  INTEGER  files of sampled frames not stored: not
+--                                readable by the target's user, absent, not
+--                                text, over the size limits
 --     Other keys may appear; readers ignore keys they do not know.
 --
 --   strings(id, value)          interned text (function names, file names).
@@ -131,6 +142,25 @@
 --     "hot stacks, on CPU only" without decoding sample blobs; the sum of
 --     samples equals the number of samples in sample_chunks. Per-thread and
 --     per-time questions need the samples themselves (pyflame_samples).
+--
+--   sources(file, size, mtime_ns, encoding, data)
+--     The text of the source files of recorded frames, so that a report shows
+--     the code on any machine. One row per file: file is the strings.id of
+--     the name frames give it (frames.file); size the length of the text in
+--     bytes, at most 16 MiB (TRACE_SOURCE_MAX_BYTES); mtime_ns the file's
+--     modification time when it was read (for a member of a zip archive, the
+--     member's time stamp), wall clock, NULL when unknown; encoding a frozen
+--     code (above) saying how the BLOB data holds the text: plain, or zlib
+--     when that is smaller (`CAST(data AS TEXT)` shows a plain one in SQL).
+--     The text is the file's bytes as they were, usually UTF-8 (a coding
+--     cookie may say otherwise), with no NUL byte; a row that inflates to
+--     another size or holds a NUL is a damaged trace. Files are read when a
+--     frame of theirs is first sampled, not when the process loaded them: a
+--     file changed in between is stored as it is then, and nothing in the
+--     trace can tell. mtime_ns and size are kept so that a reader can at
+--     least see a change during the recording (an mtime_ns after meta
+--     start_wall_ns). pyflame-record stores only what the target's own user
+--     could read, at most 1 MiB a file and 64 MiB a trace by default.
 --
 --   A sample's origin is its thread's process: samples -> threads.pid ->
 --   processes.recording -> recordings (host, file) and processes.source_pid.
@@ -262,6 +292,14 @@ CREATE TABLE sample_chunks (
         data BLOB NOT NULL
 );
 
+CREATE TABLE sources (
+        file INTEGER PRIMARY KEY REFERENCES strings(id),
+        size INTEGER NOT NULL,
+        mtime_ns INTEGER,
+        encoding INTEGER NOT NULL,
+        data BLOB NOT NULL
+);
+
 CREATE TABLE frame_kinds (code INTEGER PRIMARY KEY, name TEXT NOT NULL);
 INSERT INTO frame_kinds VALUES (0, 'python'), (1, 'native'), (2, 'special');
 
@@ -270,6 +308,9 @@ INSERT INTO state_flags VALUES (1, 'on_cpu'), (2, 'holds_gil'), (4, 'no_gil');
 
 CREATE TABLE error_kinds (code INTEGER PRIMARY KEY, name TEXT NOT NULL);
 INSERT INTO error_kinds VALUES (0, 'torn'), (1, 'read'), (2, 'late'), (3, 'other');
+
+CREATE TABLE source_encodings (code INTEGER PRIMARY KEY, name TEXT NOT NULL);
+INSERT INTO source_encodings VALUES (0, 'plain'), (1, 'zlib');
 
 -- Frames with their names resolved, for plain SQL.
 CREATE VIEW frame_info AS
