@@ -238,7 +238,7 @@ static int view_hot(struct view_ctx *ctx, enum hot_key key)
             .n_cols = by_line ? N_COLUMNS(line_columns) : N_COLUMNS(function_columns),
         };
         struct srcline_cache *src = NULL;
-        if (by_line && !opts->no_source && !(src = srcline_cache_new())) {
+        if (by_line && !opts->no_source && !(src = srcline_cache_new(ctx->r))) {
                 hot_table_free(&ht);
                 return TRACE_ERR_NOMEM;
         }
@@ -291,6 +291,8 @@ static int view_hot(struct view_ctx *ctx, enum hot_key key)
         }
         if (t.nomem)
                 rc = TRACE_ERR_NOMEM;
+        else if (srcline_status(src) < 0)
+                rc = srcline_status(src);
         table_free(&t);
         srcline_cache_free(src);
         hot_table_free(&ht);
@@ -631,7 +633,9 @@ void cmd_report_help(void)
                "                         on CPU and the top functions of each, to see phases\n"
                "      --top N            rows of a table to show (default %d, 0 for all);\n"
                "                         with --slices, functions per slice (default %d)\n"
-               "      --no-source        do not read source files for --by-line\n"
+               "      --no-source        --by-line without the source text\n"
+               "      --source FILE      annotate FILE: its source with each line's share of\n"
+               "                         the samples ('" REPORT_PROG " annotate --help')\n"
                "      --format FORMAT    text, csv or json (folded stacks: text or json);\n"
                "                         or draw or convert the samples: " EXPORT_FORMATS "\n"
                "      --title TEXT       title of an svg or html flame graph\n"
@@ -669,6 +673,7 @@ enum {
         OPT_TITLE,
         OPT_ICICLE,
         OPT_SLICES,
+        OPT_SOURCE,
 };
 
 static const struct option long_options[] = {
@@ -688,6 +693,7 @@ static const struct option long_options[] = {
     {"title", required_argument, NULL, OPT_TITLE},
     {"icicle", no_argument, NULL, OPT_ICICLE},
     {"slices", required_argument, NULL, OPT_SLICES},
+    {"source", required_argument, NULL, OPT_SOURCE},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -705,9 +711,12 @@ static const char *bad_option(char **argv, char *buf, size_t size)
         return optind > 0 && argv[optind - 1] ? argv[optind - 1] : "?";
 }
 
+/* parse_args() found --source: the arguments are the annotate command's. */
+#define PARSE_ANNOTATE 3
+
 /*
- * Parse the command line into *o. Returns 0, 1 when --help was printed, or
- * REPORT_EXIT_FAIL after a usage message.
+ * Parse the command line into *o. Returns 0, 1 when --help was printed,
+ * PARSE_ANNOTATE, or REPORT_EXIT_FAIL after a usage message.
  */
 static int parse_args(int argc, char **argv, struct report_opts *o)
 {
@@ -761,6 +770,8 @@ static int parse_args(int argc, char **argv, struct report_opts *o)
                 case OPT_NO_SOURCE:
                         o->no_source = true;
                         break;
+                case OPT_SOURCE:
+                        return PARSE_ANNOTATE;
                 case OPT_FORMAT:
                         if (!strcmp(optarg, "folded"))
                                 optarg = "text";
@@ -851,6 +862,8 @@ int cmd_report(int argc, char **argv)
         int rc = parse_args(argc, argv, &o);
         if (rc) {
                 select_opts_free(&o.select);
+                if (rc == PARSE_ANNOTATE)
+                        return cmd_annotate(argc, argv);
                 return rc == 1 ? REPORT_EXIT_OK : rc;
         }
         struct trace_reader *r = NULL;

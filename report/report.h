@@ -15,7 +15,9 @@
  *   - output.c buffers everything a command prints and writes it only once
  *     the command has succeeded (to stdout, or atomically to a file), and
  *     prints tables as aligned text, CSV or JSON;
- *   - srcline.c reads source lines for the hotspot tables, lazily and bounded.
+ *   - srcline.c gives source text to the hotspot tables and to annotate (a
+ *     file printed with its lines' shares), from the trace when the recorder
+ *     stored it, else from this machine's file, lazily and bounded.
  * The exporters (export.h: svg, html, speedscope, pprof, chrome) are one more
  * view of cmd_report.c, their output committed like the others'.
  * Nothing here knows the trace format: traces are read only through
@@ -58,6 +60,7 @@ int cmd_report(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
+int cmd_annotate(int argc, char **argv);
 /* Print the help of the default `report` command (also the tool's main help). */
 void cmd_report_help(void);
 
@@ -386,17 +389,50 @@ int hot_table_count(const struct hot_table *t, const struct trace_reader *r,
 
 struct srcline_cache;
 
-/* A new, empty cache, or NULL when out of memory. */
-struct srcline_cache *srcline_cache_new(void);
+/*
+ * A new, empty cache, or NULL when out of memory. Sources come from the
+ * trace `r` first (NULL: none), then from this machine's files.
+ */
+struct srcline_cache *srcline_cache_new(struct trace_reader *r);
 
 /*
- * Line `line` (1-based) of `file` as found on this machine, trimmed, control
- * characters made spaces, cut to a screen's width: a malloc'ed string the
- * caller owns, or NULL when the file cannot be read as text (absent, not a
- * regular file, too big, binary), has no such line, or memory runs out. Each
- * file is read at most once; the cache holds a bounded number of bytes.
+ * Line `line` (1-based) of `file` as the trace holds it or as found on this
+ * machine, trimmed, control characters made spaces, cut to a screen's
+ * width: a malloc'ed string the caller owns, or NULL when the file cannot be
+ * read as text (absent, not a regular file, too big, binary), has no such
+ * line, or memory runs out. Each file is read at most once; the cache holds
+ * a bounded number of bytes.
  */
 char *srcline_get(struct srcline_cache *c, const char *file, int32_t line);
+
+/*
+ * 0, or the negative trace_status of the first source the trace holds but
+ * could not give back (damaged): the caller must not present a report
+ * made without it as complete.
+ */
+int srcline_status(const struct srcline_cache *c);
+
+enum srcline_origin {
+        SRCLINE_NONE,  /* not available */
+        SRCLINE_TRACE, /* stored in the trace by the recorder */
+        SRCLINE_LOCAL, /* read from this machine's file of that name */
+};
+
+/* A whole source file as the cache has it; pointers owned by the cache. */
+struct srcline_text {
+        enum srcline_origin origin; /* SRCLINE_NONE: the rest is empty */
+        const char *data;           /* size bytes of text (and a NUL) */
+        size_t size;
+        const uint32_t *starts; /* offset of each line */
+        uint32_t n_lines;       /* a newline at the end starts no line */
+        int64_t mtime_ns;       /* modification time (wall clock), -1 unknown */
+};
+
+/* The text of `file` (origin SRCLINE_NONE when none can be had). */
+void srcline_text(struct srcline_cache *c, const char *file, struct srcline_text *out);
+/* Line `line` (1-based) of `t`, without its newline; false when there is no such line. */
+bool srcline_text_line(const struct srcline_text *t, uint32_t line, const char **s, size_t *n);
+
 void srcline_cache_free(struct srcline_cache *c);
 
 /* ------------------------------------------------------------------ */

@@ -1,14 +1,19 @@
 /*
- * srcline.c - source lines for the hotspot tables, read from this machine.
+ * srcline.c - source text for the hotspot tables and the annotate view:
+ * from the trace first, else from this machine.
  *
- * A trace names files as the recorded process saw them; when the same path
- * is readable here (the usual case when recording and reporting on one
- * machine) the --by-line table shows the text of each hot line. Files are
- * read lazily, only for rows that are shown, each at most once, and within
- * bounds: regular files only (a trace may name a FIFO or a device), no
- * bigger than SRCLINE_MAX_FILE, no more than SRCLINE_MAX_TOTAL bytes kept
- * over all files, no file containing a NUL byte. A file that fails any of
- * these simply shows no source.
+ * A trace names files as the recorded process saw them. pyflame-record
+ * stores their text in the trace (libtrace's sources), which is what the
+ * code was while it ran, on whatever machine the report is read. For a
+ * trace without it (recorded with --no-source, an older trace, a file the
+ * target's user could not read) the same path is looked up here, the usual
+ * case when recording and reporting on one machine. Files are read lazily,
+ * only for what is shown, each at most once, and within bounds: regular
+ * files only (a trace may name a FIFO or a device), no bigger than
+ * SRCLINE_MAX_FILE, no more than SRCLINE_MAX_TOTAL bytes kept over all
+ * files, no file containing a NUL byte. A file that fails any of these
+ * simply shows no source. A source the trace holds but cannot give back
+ * (damaged) is an error of the whole report (srcline_status).
  */
 #include "report.h"
 
@@ -30,17 +35,30 @@ struct srcline_file {
         char *data;       /* NULL when the file is not available */
         uint32_t *starts; /* offset of each line in data */
         uint32_t n_lines;
+        size_t size;
+        enum srcline_origin origin;
+        int64_t mtime_ns;
 };
 
 struct srcline_cache {
+        struct trace_reader *r; /* NULL: this machine's files only */
         struct srcline_file *files;
         size_t n, cap;
         size_t bytes; /* data kept over all files */
+        int status;   /* the first failure reading a source of the trace */
 };
 
-struct srcline_cache *srcline_cache_new(void)
+struct srcline_cache *srcline_cache_new(struct trace_reader *r)
 {
-        return calloc(1, sizeof(struct srcline_cache));
+        struct srcline_cache *c = calloc(1, sizeof(struct srcline_cache));
+        if (c)
+                c->r = r;
+        return c;
+}
+
+int srcline_status(const struct srcline_cache *c)
+{
+        return c ? c->status : 0;
 }
 
 void srcline_cache_free(struct srcline_cache *c)
@@ -57,7 +75,7 @@ void srcline_cache_free(struct srcline_cache *c)
 }
 
 /* Read a whole regular text file of at most `max` bytes; NULL otherwise. */
-static char *read_text_file(const char *path, size_t max, size_t *size)
+static char *read_text_file(const char *path, size_t max, size_t *size, int64_t *mtime_ns)
 {
         int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
         if (fd < 0)
@@ -85,6 +103,7 @@ static char *read_text_file(const char *path, size_t max, size_t *size)
         data[got] = '\0';
         close(fd);
         *size = got;
+        *mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
         return data;
 fail:
         free(data);
@@ -132,15 +151,56 @@ static struct srcline_file *lookup(struct srcline_cache *c, const char *file)
         if (!name)
                 return NULL;
         struct srcline_file *f = &c->files[c->n++];
-        *f = (struct srcline_file){.hash = h, .name = name};
+        *f = (struct srcline_file){.hash = h, .name = name, .mtime_ns = -1};
         size_t size = 0;
-        if (c->bytes < SRCLINE_MAX_TOTAL)
-                f->data = read_text_file(file, SRCLINE_MAX_FILE, &size);
+        int rc = c->r ? trace_reader_source(c->r, file, &f->data, &size) : 0;
+        if (rc < 0 && !c->status)
+                c->status = rc;
+        if (rc == 1) {
+                f->origin = SRCLINE_TRACE;
+                for (uint32_t i = 0; i < trace_reader_source_count(c->r); i++) {
+                        struct trace_source s;
+                        if (trace_reader_source_at(c->r, i, &s) == 0 && !strcmp(s.file, file))
+                                f->mtime_ns = s.mtime_ns;
+                }
+                if (c->bytes + size > SRCLINE_MAX_TOTAL) {
+                        free(f->data);
+                        f->data = NULL;
+                }
+        } else if (rc == 0 && c->bytes < SRCLINE_MAX_TOTAL) {
+                f->origin = SRCLINE_LOCAL;
+                f->data = read_text_file(file, SRCLINE_MAX_FILE, &size, &f->mtime_ns);
+        }
         if (f->data) {
                 c->bytes += size;
+                f->size = size;
                 index_lines(f, size);
         }
         return f;
+}
+
+void srcline_text(struct srcline_cache *c, const char *file, struct srcline_text *out)
+{
+        *out = (struct srcline_text){.origin = SRCLINE_NONE, .mtime_ns = -1};
+        struct srcline_file *f = c && file && *file ? lookup(c, file) : NULL;
+        if (!f || !f->data)
+                return;
+        /* A last newline ends the last line; it does not start an empty one. */
+        uint32_t n = f->n_lines;
+        if (n > 1 && f->size && f->data[f->size - 1] == '\n')
+                n--;
+        *out = (struct srcline_text){f->origin, f->data, f->size, f->starts, n, f->mtime_ns};
+}
+
+bool srcline_text_line(const struct srcline_text *t, uint32_t line, const char **s, size_t *n)
+{
+        if (t->origin == SRCLINE_NONE || line == 0 || line > t->n_lines)
+                return false;
+        const char *p = t->data + t->starts[line - 1];
+        const char *end = memchr(p, '\n', t->size - t->starts[line - 1]);
+        *s = p;
+        *n = end ? (size_t)(end - p) : t->size - t->starts[line - 1];
+        return true;
 }
 
 /* Length of the UTF-8 prefix of s[0, n) that does not split a character. */

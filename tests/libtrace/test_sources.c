@@ -277,8 +277,8 @@ static void test_damaged(void **state)
                             "/app/main.py");
         /* Bytes of the stream damaged (same length), or not a stream at all. */
         expect_read_corrupt(f,
-                            "UPDATE sources SET data = substr(data, 1, 40) || zeroblob(16) || "
-                            "substr(data, 57) WHERE file = " MAIN_ID,
+                            "UPDATE sources SET data = CAST(substr(data, 1, 40) || zeroblob(16) || "
+                            "substr(data, 57) AS BLOB) WHERE file = " MAIN_ID,
                             "/app/main.py");
         expect_read_corrupt(
             f, "UPDATE sources SET data = randomblob(length(data)) WHERE file = " MAIN_ID,

@@ -255,6 +255,94 @@ static void build_basic(const char *path)
         finish(w, 1000, true);
 }
 
+/*
+ * sources.db: one thread, 100 ticks 10 ms apart, finalized at 1 s, with
+ * source texts stored in the trace:
+ *   /srv/app/handlers.py  stored only in the trace (a tab, a byte that is
+ *                         not UTF-8, a CRLF line, a line too long to show)
+ *   app/work.py           stored, and different from the local file: the
+ *                         stored text wins
+ *   /srv/app/short.py     stored, 3 lines, but sampled at line 7 too, and
+ *                         modified after the recording started
+ *   /srv/app/nosrc.py     no source anywhere
+ *   <frozen importlib._bootstrap>  not a file: never the hottest
+ *   /srv/other/short.py   a frame with no sample: "short.py" is ambiguous
+ *
+ *   ticks  0-44 handle:6                               self handlers.py:6
+ *         45-69 handle:5 > compute (app/work.py:21)
+ *         70-79 handle:7 > helper (short.py:2)
+ *         80-84 handle:7 > helper (short.py:7)
+ *         85-92 job (nosrc.py:3)
+ *         93-99 _find_and_load (<frozen importlib._bootstrap>:1176)
+ */
+static void build_sources(const char *path)
+{
+        struct trace_writer *w = create(path);
+        struct trace_process_desc p = {300, "python srv.py", "3.12.1", "shared"};
+        must(w, trace_writer_add_process(w, &p), "process");
+        uint32_t t = thread(w, 300, 300, 7, "MainThread");
+        const char *h = "/srv/app/handlers.py", *sh = "/srv/app/short.py";
+        uint32_t handle5 = frame(w, "handle", NULL, h, 5, 3, TRACE_FRAME_PYTHON);
+        uint32_t handle6 = frame(w, "handle", NULL, h, 6, 3, TRACE_FRAME_PYTHON);
+        uint32_t handle7 = frame(w, "handle", NULL, h, 7, 3, TRACE_FRAME_PYTHON);
+        uint32_t compute = frame(w, "compute", NULL, "app/work.py", 21, 20, TRACE_FRAME_PYTHON);
+        uint32_t helper2 = frame(w, "helper", NULL, sh, 2, 1, TRACE_FRAME_PYTHON);
+        uint32_t helper7 = frame(w, "helper", NULL, sh, 7, 1, TRACE_FRAME_PYTHON);
+        uint32_t job = frame(w, "job", NULL, "/srv/app/nosrc.py", 3, 1, TRACE_FRAME_PYTHON);
+        frame(w, "helper", NULL, "/srv/other/short.py", 1, 1, TRACE_FRAME_PYTHON);
+        uint32_t frozen = frame(w, "_find_and_load", NULL, "<frozen importlib._bootstrap>", 1176,
+                                1165, TRACE_FRAME_PYTHON);
+        uint32_t stacks[] = {stack(w, 1, handle6),
+                             stack(w, 2, handle5, compute),
+                             stack(w, 2, handle7, helper2),
+                             stack(w, 2, handle7, helper7),
+                             stack(w, 1, job),
+                             stack(w, 1, frozen)};
+        for (int tick = 0; tick < 100; tick++) {
+                int k = tick < 45   ? 0
+                        : tick < 70 ? 1
+                        : tick < 80 ? 2
+                        : tick < 85 ? 3
+                        : tick < 93 ? 4
+                                    : 5;
+                must(w,
+                     trace_writer_add_sample(w, t, FAKE_MONO_START + tick * 10 * MS, stacks[k],
+                                             ON | GIL),
+                     "sample");
+        }
+        static const char handlers[] =
+            "\"\"\"Request handlers (stored in the trace only).\"\"\"\n"
+            "\n"
+            "def handle(req):\n"
+            "    # caf\xe9: a Latin-1 byte\n"
+            "    total = compute(req.size)\n"
+            "\tfor part in req.parts:  # a tab\n"
+            "    return helper(total)\r\n"
+            "\n"
+            "LONG = '"
+            "0123456789012345678901234567890123456789012345678901234567890123456789"
+            "0123456789012345678901234567890123456789012345678901234567890123456789"
+            "0123456789012345678901234567890123456789012345678901234567890123456789"
+            "0123456789012345678901234567890123456789'\n";
+        static const char work[] = "# app/work.py as it was when recorded\n"
+                                   "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n"
+                                   "def compute(n):\n"
+                                   "    return sum(i * i for i in range(n))  # stored\n";
+        static const char short_py[] = "def helper(x):\n"
+                                       "    return x + 1\n"
+                                       "# three lines, then the file was cut";
+        must(w,
+             trace_writer_add_source(w, h, handlers, sizeof(handlers) - 1,
+                                     FAKE_WALL_START - 86400LL * 1000000000),
+             "source");
+        must(w, trace_writer_add_source(w, "app/work.py", work, sizeof(work) - 1, -1), "source");
+        must(w,
+             trace_writer_add_source(w, sh, short_py, sizeof(short_py) - 1,
+                                     FAKE_WALL_START + 500 * MS),
+             "source");
+        finish(w, 1000, true);
+}
+
 /* unfinished.db: the recorder died after its last flush at 250 ms. */
 static void build_unfinished(const char *path)
 {
@@ -734,6 +822,54 @@ static void export_formats(void)
               ARGS("--format", "json", "--title", "x", "basic.db"));
 }
 
+/* The annotate view, and source text taken from the trace before the local file. */
+static void annotate_views(void)
+{
+        golden("annotate", ARGS("annotate", "sources.db"));
+        golden("annotate-alias", ARGS("--source", "/srv/app/handlers.py", "sources.db"));
+        golden("annotate-suffix-work", ARGS("annotate", "--source", "work.py", "sources.db"));
+        golden("annotate-beyond", ARGS("annotate", "--source", "app/short.py", "sources.db"));
+        golden("annotate-no-source", ARGS("annotate", "--source", "nosrc.py", "sources.db"));
+        golden("annotate-frozen",
+               ARGS("annotate", "--source", "<frozen importlib._bootstrap>", "sources.db"));
+        golden("annotate-top0-json",
+               ARGS("annotate", "--top", "0", "--format", "json", "sources.db"));
+        golden("annotate-window", ARGS("annotate", "--top", "2", "--from", "40%", "sources.db"));
+        golden("annotate-local", ARGS("annotate", "basic.db"));
+        golden("annotate-local-thread",
+               ARGS("annotate", "--thread", "worker", "--source", "app/work.py", "basic.db"));
+        golden("annotate-idle-top2", ARGS("annotate", "--idle", "--top", "2", "basic.db"));
+        golden("by-line-sources", ARGS("--by-line", "sources.db"));
+        golden("by-line-sources-old", ARGS("--by-line", "sources-old.db"));
+        golden("annotate-old", ARGS("annotate", "sources-old.db"));
+
+        fails("annotate-damaged", "pyflame-report: sources-damaged.db: ", true,
+              ARGS("annotate", "--source", "app/work.py", "sources-damaged.db"));
+        fails("by-line-damaged-source", "pyflame-report: sources-damaged.db: ", true,
+              ARGS("--by-line", "sources-damaged.db"));
+        /* A damaged source that is not shown is not read. */
+        golden("annotate-damaged-other",
+               ARGS("annotate", "--source", "handlers.py", "sources-damaged.db"));
+        fails("annotate-unknown-file", "pyflame-report: sources.db: ", true,
+              ARGS("annotate", "--source", "nothere.py", "sources.db"));
+        fails("annotate-ambiguous", "pyflame-report: sources.db: ", true,
+              ARGS("annotate", "--source", "short.py", "sources.db"));
+        fails("usage-annotate-csv", "pyflame-report: ", true,
+              ARGS("annotate", "--format", "csv", "sources.db"));
+        fails("usage-annotate-source-top", "pyflame-report: ", true,
+              ARGS("annotate", "--source", "a.py", "--top", "2", "sources.db"));
+        fails("usage-annotate-by-line", "pyflame-report: ", true,
+              ARGS("--source", "a.py", "--by-line", "sources.db"));
+        struct run r = run_report(ARGS("annotate", "--from", "995ms", "sources.db"));
+        check(r.status == 0 && r.out_len == 0 && strstr(r.err, "no sample matches"),
+              "annotate-empty-selection", "exit %d, stderr: %s", r.status, r.err);
+        run_free(&r);
+        r = run_report(ARGS("annotate", "--help"));
+        check(r.status == 0 && strstr(r.out, "Usage: pyflame-report annotate"), "help-annotate",
+              "exit %d", r.status);
+        run_free(&r);
+}
+
 static void make_inputs(void)
 {
         mkdir("app", 0755);
@@ -761,6 +897,10 @@ static void make_inputs(void)
                 strcat(work_py, "\n");
         }
         write_file("app/work.py", work_py, strlen(work_py));
+        /* A fixed time before the recordings, so that annotate's headers do not depend on today. */
+        struct timespec old[2] = {{1700000000, 0}, {1700000000, 0}};
+        utimensat(AT_FDCWD, "app/main.py", old, 0);
+        utimensat(AT_FDCWD, "app/work.py", old, 0);
         if (mkfifo("app/fifo.py", 0644) < 0)
                 die("mkfifo: %s", strerror(errno));
 
@@ -768,6 +908,14 @@ static void make_inputs(void)
         build_unfinished("unfinished.db");
         build_empty("empty.db");
         build_big("big.db");
+        build_sources("sources.db");
+        copy_prefix("sources.db", "sources-old.db", SIZE_MAX);
+        sql_file("sources-old.db", "DROP TABLE sources; DROP TABLE source_encodings;");
+        copy_prefix("sources.db", "sources-damaged.db", SIZE_MAX);
+        sql_file("sources-damaged.db",
+                 "UPDATE sources SET data = CAST(substr(data, 1, 20) || zeroblob(8) || "
+                 "substr(data, 29) AS BLOB) WHERE file = (SELECT id FROM strings WHERE value = "
+                 "'app/work.py');");
 
         write_file("notsqlite.db", "hello, I am not a database\n", 27);
         write_file("zero.db", "", 0);
@@ -811,6 +959,7 @@ int main(int argc, char **argv)
         empty_selection();
         output_file();
         export_formats();
+        annotate_views();
         bad_input();
         usage_errors();
 
