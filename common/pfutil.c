@@ -161,6 +161,33 @@ int pf_parse_rate(const char *s, double *hz)
         return 0;
 }
 
+int pf_parse_size(const char *s, uint64_t *bytes)
+{
+        if (!s || !*s || *s == '-' || *s == '+')
+                return -1;
+        errno = 0;
+        char *end;
+        unsigned long long v = strtoull(s, &end, 10);
+        if (errno || end == s)
+                return -1;
+        static const struct {
+                const char *suffix;
+                unsigned shift;
+        } units[] = {
+            {"", 0},    {"b", 0},    {"k", 10}, {"kb", 10}, {"kib", 10}, {"m", 20},
+            {"mb", 20}, {"mib", 20}, {"g", 30}, {"gb", 30}, {"gib", 30},
+        };
+        for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+                if (strcasecmp(end, units[i].suffix))
+                        continue;
+                if (v > (UINT64_MAX >> units[i].shift))
+                        return -1;
+                *bytes = (uint64_t)v << units[i].shift;
+                return 0;
+        }
+        return -1;
+}
+
 static int64_t clock_ns(clockid_t id)
 {
         struct timespec ts;

@@ -55,6 +55,13 @@ int pf_parse_duration(const char *s, int64_t *ns, bool *percent);
 /* Parse a rate: "100", "1khz", "250hz", "1k". Returns 0 and sets *hz, or -1. */
 int pf_parse_rate(const char *s, double *hz);
 
+/*
+ * Parse a size in bytes: "4096", "512k", "64M", "1GiB" (k, M, G are powers
+ * of 1024; case and a trailing "b"/"ib" do not matter). Returns 0 and sets
+ * *bytes, or -1 on a malformed or overflowing string.
+ */
+int pf_parse_size(const char *s, uint64_t *bytes);
+
 /* Monotonic and wall clock, nanoseconds. */
 int64_t pf_now_mono_ns(void);
 int64_t pf_now_wall_ns(void);

@@ -430,3 +430,76 @@ int procfs_comm(pid_t pid, char *buf, size_t len)
         buf[n] = 0;
         return 0;
 }
+
+/* The line of `buf` that starts with `key`, from just after the key; NULL when none. */
+static const char *status_line(const char *buf, size_t len, const char *key, const char **line_end)
+{
+        const size_t klen = strlen(key);
+        const char *end = buf + len, *p = buf;
+        while (p < end) {
+                const char *nl = memchr(p, '\n', (size_t)(end - p));
+                const char *stop = nl ? nl : end;
+                if ((size_t)(stop - p) >= klen && memcmp(p, key, klen) == 0) {
+                        *line_end = stop;
+                        return p + klen;
+                }
+                p = stop + 1;
+        }
+        return NULL;
+}
+
+/* The numbers of [p, end) into v[cap]; returns how many there were, or -EINVAL. */
+static int parse_id_list(const char *p, const char *end, uint32_t *v, unsigned cap)
+{
+        int n = 0;
+        for (;;) {
+                skip_spaces(&p, end);
+                if (p >= end)
+                        return n;
+                uint64_t x;
+                if (parse_dec(&p, end, &x) < 0 || x > UINT32_MAX)
+                        return -EINVAL;
+                if ((unsigned)n < cap)
+                        v[n] = (uint32_t)x;
+                if (n < INT_MAX)
+                        n++;
+        }
+}
+
+int procfs_parse_creds(const char *buf, size_t len, struct procfs_creds *out)
+{
+        const char *end, *p;
+        uint32_t ids[4];
+        struct procfs_creds c;
+        if (!(p = status_line(buf, len, "Uid:", &end)) || parse_id_list(p, end, ids, 4) != 4)
+                return -EINVAL;
+        c.fsuid = ids[3];
+        if (!(p = status_line(buf, len, "Gid:", &end)) || parse_id_list(p, end, ids, 4) != 4)
+                return -EINVAL;
+        c.fsgid = ids[3];
+        int n;
+        if (!(p = status_line(buf, len, "Groups:", &end)))
+                return -EINVAL;
+        /* A line cut by the end of what was read may end in part of a number: not a group. */
+        bool cut = end == buf + len;
+        if (cut)
+                while (end > p && end[-1] >= '0' && end[-1] <= '9')
+                        end--;
+        if ((n = parse_id_list(p, end, c.groups, PROCFS_MAX_GROUPS)) < 0)
+                return -EINVAL;
+        c.n_groups = (unsigned)n < PROCFS_MAX_GROUPS ? (unsigned)n : PROCFS_MAX_GROUPS;
+        *out = c;
+        return 0;
+}
+
+int procfs_creds(pid_t pid, struct procfs_creds *out)
+{
+        char path[64], *buf = malloc(STATUS_READ_LEN);
+        if (!buf)
+                return -ENOMEM;
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+        ssize_t n = read_small_file(path, buf, STATUS_READ_LEN);
+        int rc = n < 0 ? (int)n : procfs_parse_creds(buf, (size_t)n, out);
+        free(buf);
+        return rc;
+}

@@ -4,8 +4,9 @@
  * Mappings (/proc/PID/maps, for pyfind), thread ids (/proc/PID/task), each
  * thread's scheduler state (/proc/PID/task/TID/stat, on the sampling hot path:
  * open once, then one pread per thread per sample), the mapping from thread
- * ids in the target's own PID namespace to host thread ids (NSpid), and the
- * command line and comm for messages and trace metadata.
+ * ids in the target's own PID namespace to host thread ids (NSpid), the
+ * command line and comm for messages and trace metadata, and the
+ * credentials its file accesses are checked against (for the sources).
  *
  * All functions return 0 (or a count, or an fd) on success and a negative
  * errno on failure; -ESRCH always means "that process or thread is gone".
@@ -127,5 +128,29 @@ int procfs_cmdline(pid_t pid, char *buf, size_t len);
 
 /* The comm (executable name, at most 15 bytes) of `pid` into buf[len]. Returns 0 or -errno. */
 int procfs_comm(pid_t pid, char *buf, size_t len);
+
+/* Supplementary groups kept of a process's; more are dropped (that only ever denies access). */
+#define PROCFS_MAX_GROUPS 256
+
+/*
+ * What the kernel checks a process's file accesses against: its filesystem
+ * uid and gid and its supplementary groups, as /proc shows them to us
+ * (translated into our user namespace).
+ */
+struct procfs_creds {
+        uint32_t fsuid, fsgid;
+        uint32_t groups[PROCFS_MAX_GROUPS];
+        unsigned n_groups;
+};
+
+/*
+ * Parse the Uid:, Gid: (their fourth field, the filesystem id) and Groups:
+ * lines of the text of a status file. Returns 0, or -EINVAL when a line is
+ * missing or malformed (out untouched).
+ */
+int procfs_parse_creds(const char *buf, size_t len, struct procfs_creds *out);
+
+/* The credentials of `pid` from /proc/PID/status. Returns 0 or a negative errno (-ESRCH: gone). */
+int procfs_creds(pid_t pid, struct procfs_creds *out);
 
 #endif

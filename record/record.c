@@ -11,6 +11,10 @@
  * as missed deadlines instead of silently lowering the rate. Ctrl-C, SIGTERM,
  * the end of --duration and the exit of the target all end the recording
  * cleanly: the trace is finalized with its end time and counts.
+ *
+ * The text of the source files of sampled frames is stored too (sources.h),
+ * read once a second within a small time budget and at the end, never
+ * inside a sampling pass.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -34,6 +38,7 @@
 #include "proctree.h"
 #include "pyflame-config.h"
 #include "sampler.h"
+#include "sources.h"
 #include "trace.h"
 
 /* Exit statuses (documented in the man page and README). */
@@ -64,7 +69,9 @@ struct options {
         bool dump;
         bool quiet;
         bool subprocesses; /* follow children and grandchildren */
-        char **command;    /* spawn mode: argv of the program */
+        bool no_source;    /* do not store source files */
+        uint64_t max_source_bytes;
+        char **command; /* spawn mode: argv of the program */
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -89,6 +96,9 @@ static void usage(FILE *f)
                 "      --nonblocking      never stop the target (default)\n"
                 "  -s, --subprocesses     also record child processes (started before or after\n"
                 "                         attaching: multiprocessing pools, subprocess, forks)\n"
+                "      --no-source        do not store the source files of sampled code\n"
+                "      --max-source-bytes N  source text stored at most (default 64M; a file\n"
+                "                         over 1M is not stored; e.g. 16M, 512k)\n"
                 "      --dump             print every thread's stack once and exit\n"
                 "  -q, --quiet            no status line or summary\n"
                 "  -h, --help             this help\n"
@@ -121,7 +131,7 @@ static int parse_pids(const char *arg, struct options *o)
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
-        enum { OPT_BLOCKING = 256, OPT_NONBLOCKING, OPT_DUMP };
+        enum { OPT_BLOCKING = 256, OPT_NONBLOCKING, OPT_DUMP, OPT_NO_SOURCE, OPT_MAX_SOURCE };
         static const struct option longopts[] = {
             {"pid", required_argument, NULL, 'p'},
             {"output", required_argument, NULL, 'o'},
@@ -132,12 +142,15 @@ static int parse_args(int argc, char **argv, struct options *o)
             {"nonblocking", no_argument, NULL, OPT_NONBLOCKING},
             {"dump", no_argument, NULL, OPT_DUMP},
             {"subprocesses", no_argument, NULL, 's'},
+            {"no-source", no_argument, NULL, OPT_NO_SOURCE},
+            {"max-source-bytes", required_argument, NULL, OPT_MAX_SOURCE},
             {"quiet", no_argument, NULL, 'q'},
             {"help", no_argument, NULL, 'h'},
             {"version", no_argument, NULL, 'V'},
             {NULL, 0, NULL, 0},
         };
         o->rate_hz = 100;
+        o->max_source_bytes = SOURCES_MAX_TOTAL_DEFAULT;
         int c;
         /* '+': stop at the first non-option, so the command's own flags are left alone. */
         while ((c = getopt_long(argc, argv, "+p:o:fr:d:sqhV", longopts, NULL)) != -1) {
@@ -183,6 +196,18 @@ static int parse_args(int argc, char **argv, struct options *o)
                         break;
                 case 's':
                         o->subprocesses = true;
+                        break;
+                case OPT_NO_SOURCE:
+                        o->no_source = true;
+                        break;
+                case OPT_MAX_SOURCE:
+                        if (pf_parse_size(optarg, &o->max_source_bytes) < 0) {
+                                fprintf(stderr,
+                                        "%s: invalid size '%s' (bytes, e.g. 16M, 512k, 0 to "
+                                        "store none)\n",
+                                        prog, optarg);
+                                return -1;
+                        }
                         break;
                 case 'q':
                         o->quiet = true;
@@ -322,6 +347,7 @@ static int wait_status_to_exit(int status)
 struct recording {
         struct options *o;
         struct trace_writer *w;
+        struct sources *sources; /* NULL with --no-source */
         struct sampler *samplers[MAX_PIDS];
         size_t n_samplers;
         pid_t child; /* spawn mode */
@@ -377,6 +403,7 @@ static void remove_sampler(struct recording *r, size_t i, int64_t t_ns)
         if (r->child && sampler_pid(s) == r->child && r->child_reaped)
                 status = wait_status_to_exit(r->child_status);
         trace_writer_end_process(r->w, sampler_pid(s), status, t_ns);
+        sources_unwatch(r->sources, sampler_pid(s));
         struct sampler_stats st;
         sampler_get_stats(s, &st);
         r->reads += st.reads;
@@ -393,6 +420,14 @@ static void reap_child(struct recording *r)
                 r->child_reaped = true;
                 r->child_status = status;
         }
+}
+
+/* Store the source files of what `s` samples, when sources are stored. */
+static void watch_sources(struct recording *r, struct sampler *s)
+{
+        int handle = r->sources ? sources_watch(r->sources, sampler_pid(s)) : -1;
+        if (handle >= 0)
+                sampler_set_sources(s, r->sources, handle);
 }
 
 static bool is_sampled(const struct recording *r, pid_t pid)
@@ -457,6 +492,7 @@ static void follow_children(struct recording *r, int64_t now)
                         continue;
                 }
                 if (rc == 0) {
+                        watch_sources(r, s);
                         r->samplers[r->n_samplers++] = s;
                         c->gave_up = true; /* sampled now; never retried */
                 } else if (rc != PYFIND_NOT_READY && rc != PYFIND_NOT_PYTHON) {
@@ -557,6 +593,11 @@ static int record_loop(struct recording *r)
                 if (r->n_samplers == 0 && !roots_alive(r))
                         break;
                 if (now - last_flush >= 1000000000) {
+                        /* Source files: half the slack left before the next deadline. */
+                        int64_t budget = (next - pf_now_mono_ns()) / 2;
+                        sources_pump(r->sources, budget < 0          ? 0
+                                                 : budget > 50000000 ? 50000000
+                                                                     : budget);
                         if (trace_writer_flush(r->w) < 0) {
                                 fprintf(stderr, "%s: writing %s: %s\n", prog, r->o->output,
                                         trace_writer_errmsg(r->w));
@@ -733,6 +774,13 @@ int main(int argc, char **argv)
                 }
                 return status;
         }
+        if (status == EXIT_OK && !o.no_source && o.max_source_bytes) {
+                struct sources_limits lim = {SOURCES_MAX_FILE_DEFAULT, o.max_source_bytes};
+                if (sources_new(r.w, &lim, &r.sources, err, sizeof(err)) < 0 && !o.quiet)
+                        fprintf(stderr, "%s: note: %s\n", prog, err);
+                for (size_t i = 0; i < r.n_samplers; i++)
+                        watch_sources(&r, r.samplers[i]);
+        }
         if (status == EXIT_OK && set_meta(&r) < 0) {
                 fprintf(stderr, "%s: writing %s: %s\n", prog, o.output, trace_writer_errmsg(r.w));
                 status = EXIT_OUTPUT;
@@ -752,6 +800,15 @@ int main(int argc, char **argv)
         trace_writer_set_meta_int(r.w, "sampling_ns", r.sampling_ns);
         trace_writer_set_meta_int(r.w, "missed_deadlines", (int64_t)r.late);
         trace_writer_set_meta_int(r.w, "memory_reads", (int64_t)r.reads);
+        if (r.sources) {
+                /* Whatever is still queued: the processes may be gone, their roots are not. */
+                sources_pump(r.sources, -1);
+                struct sources_stats ss;
+                sources_get_stats(r.sources, &ss);
+                trace_writer_set_meta_int(r.w, TRACE_META_SOURCE_FILES, (int64_t)ss.files);
+                trace_writer_set_meta_int(r.w, TRACE_META_SOURCE_BYTES, (int64_t)ss.bytes);
+                trace_writer_set_meta_int(r.w, TRACE_META_SOURCE_SKIPPED, (int64_t)ss.skipped);
+        }
         if (trace_writer_finalize(r.w) < 0) {
                 fprintf(stderr, "%s: finishing %s: %s\n", prog, o.output, trace_writer_errmsg(r.w));
                 if (status == EXIT_OK)
@@ -761,6 +818,7 @@ int main(int argc, char **argv)
                         o.output);
         }
         trace_writer_free(r.w);
+        sources_free(r.sources);
         free(r.candidates);
         if (r.child) {
                 /* The program's exit status is ours; wait for it whatever happened. */

@@ -21,6 +21,7 @@
 #include "procfs.h"
 #include "pyfind.h"
 #include "pywalk.h"
+#include "sources.h"
 #include "stopper.h"
 
 /* A Python thread we have seen, keyed by (tstate address, thread id). */
@@ -51,6 +52,8 @@ struct sampler {
         struct memsrc mem;
         struct pywalk *walk;
         struct trace_writer *w;
+        struct sources *sources; /* NULL: source files are not stored */
+        int sources_handle;
         struct stopper stop;
 
         struct sthread *threads;
@@ -149,6 +152,12 @@ int sampler_set_writer(struct sampler *s, struct trace_writer *w, char *err, siz
         }
         s->w = w;
         return 0;
+}
+
+void sampler_set_sources(struct sampler *s, struct sources *src, int handle)
+{
+        s->sources = src;
+        s->sources_handle = handle;
 }
 
 void sampler_close(struct sampler *s)
@@ -298,6 +307,9 @@ static int frame_id(struct sampler *s, const struct pywalk_frame *f, uint32_t *o
         s->frame_keys[j] = key;
         s->frame_vals[j] = id;
         s->frame_n++;
+        /* A frame never seen: its file may be new too (read at flush time, not here). */
+        if (s->sources)
+                sources_note(s->sources, s->sources_handle, d.file);
         *out = id;
         return 0;
 }

@@ -43,6 +43,15 @@ int sampler_open(pid_t pid, bool blocking, struct sampler **out, char *err, size
  */
 int sampler_set_writer(struct sampler *s, struct trace_writer *w, char *err, size_t errlen);
 
+struct sources;
+
+/*
+ * Note the file of every newly seen frame in `src` (sources.h; handle from
+ * sources_watch() for this process), so that its text can be stored. NULL
+ * stops it.
+ */
+void sampler_set_sources(struct sampler *s, struct sources *src, int handle);
+
 /*
  * Take one sample of every thread at monotonic time `t_ns`. Returns 0, or
  * -ESRCH when the process has gone (the caller finishes it), or another
