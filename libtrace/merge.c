@@ -12,6 +12,8 @@
  * process's recording and source pid. Pids stay the pids they were, except
  * one that an earlier recording already used, which gets a made-up pid
  * above Linux's PID_MAX_LIMIT so that it cannot collide with a real one.
+ * Stored source texts come along; for a file that several recordings
+ * stored, the first recording's text is kept.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -156,6 +158,28 @@ static int copy_threads(struct merge *m)
         return 0;
 }
 
+static int copy_sources(struct merge *m)
+{
+        uint32_t n = trace_reader_source_count(m->src);
+        for (uint32_t i = 0; i < n; i++) {
+                struct trace_source s;
+                char *data;
+                size_t len;
+                int rc = trace_reader_source_at(m->src, i, &s);
+                if (rc == 0)
+                        rc = trace_reader_source(m->src, s.file, &data, &len);
+                if (rc < 0)
+                        return source_failed(m, rc);
+                if (rc == 0)
+                        continue;
+                rc = trace_writer_add_source(m->w, s.file, data, len, s.mtime_ns);
+                free(data);
+                if (rc < 0)
+                        return rc;
+        }
+        return 0;
+}
+
 static int copy_frames_and_stacks(struct merge *m)
 {
         uint32_t n_frames = trace_reader_frame_count(m->src);
@@ -246,8 +270,9 @@ TRACE_API int trace_writer_add_recording(struct trace_writer *w, struct trace_re
         if (rc < 0)
                 return source_failed(&m, rc);
         if ((rc = copy_recordings(&m)) == 0 && (rc = copy_processes(&m)) == 0 &&
-            (rc = copy_threads(&m)) == 0 && (rc = copy_frames_and_stacks(&m)) == 0)
-                rc = copy_samples_and_errors(&m);
+            (rc = copy_threads(&m)) == 0 && (rc = copy_frames_and_stacks(&m)) == 0 &&
+            (rc = copy_samples_and_errors(&m)) == 0)
+                rc = copy_sources(&m);
         free(m.frames);
         free(m.stacks);
         free(m.threads);

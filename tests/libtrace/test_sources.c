@@ -310,6 +310,61 @@ static void test_unknown_encoding(void **state)
         free(path);
 }
 
+/* Merging carries the sources along; for a file both have, the first recording's text. */
+static void test_merge(void **state)
+{
+        struct fixture *f = *state;
+        char *second = tu_path(f->dir, "second.pyflame");
+        char *merged = tu_path(f->dir, "merged.pyflame");
+        struct trace_writer *w = NULL;
+        assert_int_equal(trace_writer_create(second, 0, &w), 0);
+        assert_int_equal(trace_writer_add_source(w, "short.py", "z=3\n", 4, 11), 0);
+        assert_int_equal(trace_writer_add_source(w, "/other/only.py", "pass\n", 5, 12), 0);
+        assert_int_equal(trace_writer_finalize(w), 0);
+        trace_writer_free(w);
+
+        assert_int_equal(trace_writer_create(merged, 0, &w), 0);
+        const char *inputs[] = {f->path, second};
+        for (int i = 0; i < 2; i++) {
+                struct trace_reader *src = NULL;
+                assert_int_equal(trace_reader_open(inputs[i], &src), 0);
+                int rc = trace_writer_add_recording(w, src, inputs[i], 0);
+                if (rc != 0)
+                        fail_msg("merge: %s", trace_writer_errmsg(w));
+                trace_reader_close(src);
+        }
+        assert_int_equal(trace_writer_finalize(w), 0);
+        trace_writer_free(w);
+
+        struct trace_reader *r = NULL;
+        assert_int_equal(trace_reader_open(merged, &r), 0);
+        assert_int_equal(trace_reader_source_count(r), 5);
+        expect_text(r, "/app/main.py", f->py, f->py_len);
+        expect_text(r, "short.py", "x=1\n", 4);
+        expect_text(r, "/other/only.py", "pass\n", 5);
+        struct trace_source s;
+        assert_non_null(find_source(r, "/other/only.py", &s));
+        assert_int_equal(s.mtime_ns, 12);
+        trace_reader_close(r);
+
+        /* A damaged source fails the merge, with the source's message. */
+        char *damaged = tu_path(f->dir, "damaged-merge.pyflame");
+        tu_copy_file(f->path, damaged);
+        assert_int_equal(tu_sql(damaged, "UPDATE sources SET data = randomblob(length(data)) "
+                                         "WHERE file = " MAIN_ID),
+                         0);
+        assert_int_equal(trace_writer_create(merged, TRACE_CREATE_FORCE, &w), 0);
+        struct trace_reader *src = NULL;
+        assert_int_equal(trace_reader_open(damaged, &src), 0);
+        assert_int_equal(trace_writer_add_recording(w, src, damaged, 0), TRACE_ERR_CORRUPT);
+        assert_non_null(strstr(trace_writer_errmsg(w), "/app/main.py"));
+        trace_reader_close(src);
+        trace_writer_free(w);
+        free(damaged);
+        free(second);
+        free(merged);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -319,6 +374,7 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_old_trace, setup, teardown),
             cmocka_unit_test_setup_teardown(test_damaged, setup, teardown),
             cmocka_unit_test_setup_teardown(test_unknown_encoding, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_merge, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
