@@ -71,6 +71,16 @@ static const struct col_info {
 #define GS  PYL_GIL_SYMBOL
 #define GR  PYL_GIL_RUNTIME
 #define GI  PYL_GIL_INTERP
+#define DK2 PYL_DICT_PY2
+#define D36 PYL_DICT_36
+#define DK3 PYL_DICT_311
+#define AD  PYL_ATTRS_DICTOFFSET
+#define AM  PYL_ATTRS_MANAGED_311
+#define AT  PYL_ATTRS_TAGGED_312
+#define AI  PYL_ATTRS_INLINE_313
+#define I2  PYL_INT_PY2
+#define IS  PYL_INT_SIZE
+#define IT  PYL_INT_TAG
 
 /* Field types in struct pylayout. */
 enum ftype { T_I32, T_U8, T_U32, T_BOOL, T_MASK };
@@ -157,6 +167,37 @@ static const struct row {
     {F(chunk_previous, T_I32), 0, {X, X, X, X, X, X, 0, 0, 0, 0, 0, 0, 0, 0}},
     {F(chunk_size, T_I32), 0, {X, X, X, X, X, X, 8, 8, 8, 8, 8, 8, 8, 8}},
     {F(chunk_data, T_I32), 0, {X, X, X, X, X, X, 24, 24, 24, 24, 24, 24, 24, 24}},
+    /*
+     * Thread names (see pywalk.c). 2.7-3.13 [H] (3.13t: the 3.13.0 headers
+     * with Py_GIL_DISABLED); 3.14 [S]; 3.15 [U]. ht_cached_keys moves when
+     * PyTypeObject grows: unknown for 3.15, whose instances then get names
+     * only from a dict of their own.
+     */
+    {F(dicts, T_U8), 0, {DK2, D36, D36, D36, D36, D36, DK3, DK3, DK3, DK3, DK3, DK3, DK3, DK3}},
+    {F(attrs, T_U8), 0, {AD, AD, AD, AD, AD, AD, AM, AT, AI, AI, AI, AI, AI, AI}},
+    {F(ints, T_U8), 0, {I2, IS, IS, IS, IS, IS, IS, IT, IT, IT, IT, IT, IT, IT}},
+    /*                        2.7  3.6  3.7  3.8  3.9  3.10 3.11 3.12 3.13 3.13t 3.14 3.14t 3.15 */
+    {F(is_modules, T_I32), 0, {16, 16, 40, 56, 856, 856, 888, 944, D, D, D, D, D, D}},
+    {F(md_dict, T_I32), OBJ, {16, 16, 16, 16, 16, 16, 16, 16, 16, 32, 16, 32, 16, 32}},
+    {F(tp_basicsize, T_I32), OBJ, {32, 32, 32, 32, 32, 32, 32, 32, 32, 48, 32, 48, 32, 48}},
+    {F(tp_dictoffset, T_I32),
+     OBJ,
+     {288, 288, 288, 288, 288, 288, 288, 288, 288, 304, 288, 304, 288, 304}},
+    {F(ht_cached_keys, T_I32), OBJ, {X, X, X, X, X, X, 872, 880, 880, 896, 880, 896, X, X}},
+    {F(dict_keys, T_I32), OBJ, {40, 32, 32, 32, 32, 32, 32, 32, D, D, D, D, 32, 48}},
+    {F(dict_values, T_I32), OBJ, {X, 40, 40, 40, 40, 40, 40, 40, D, D, D, D, 40, 56}},
+    {F(dict_mask, T_I32), OBJ, {32, X, X, X, X, X, X, X, X, X, X, X, X, X}},
+    {F(dk_size, T_I32), 0, {X, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8}},
+    {F(dk_log2_index_bytes, T_I32), 0, {X, X, X, X, X, X, 9, 9, 9, 9, 9, 9, 9, 9}},
+    {F(dk_kind, T_I32), 0, {X, X, X, X, X, X, 10, 10, 10, 10, 10, 10, 10, 10}},
+    {F(dk_nentries, T_I32), 0, {X, 32, 32, 32, 32, 32, 24, 24, 24, 24, 24, 24, 24, 24}},
+    {F(dk_indices, T_I32), 0, {X, 40, 40, 40, 40, 40, 32, 32, 32, 32, 32, 32, 32, 32}},
+    {F(values_values, T_I32), 0, {X, 0, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8, 8, 8}},
+    {F(values_valid, T_I32), 0, {X, X, X, X, X, X, X, X, 3, 3, 3, 3, 3, 3}},
+    {F(pre_dict, T_I32), 0, {X, X, X, X, X, X, 24, 24, 24, 8, 24, 8, 24, 8}},
+    {F(pre_values, T_I32), 0, {X, X, X, X, X, X, 32, X, X, X, X, X, X, X}},
+    {F(int_value, T_I32), OBJ, {16, X, X, X, X, X, X, 16, D, D, D, D, 16, 32}},
+    {F(int_digits, T_I32), OBJ, {24, 24, 24, 24, 24, 24, 24, 24, D, D, D, D, 24, 40}},
 };
 
 /*
@@ -174,7 +215,7 @@ static const struct patch {
 /* ---- _Py_DebugOffsets ----------------------------------------------------- */
 
 /* Sub-structs of _Py_DebugOffsets, each starting with its `size` field. */
-enum dgroup { G_RT, G_IS, G_TS, G_FR, G_CO, G_OB, G_TY, G_BY, G_UN, N_GROUPS };
+enum dgroup { G_RT, G_IS, G_TS, G_FR, G_CO, G_OB, G_TY, G_BY, G_UN, G_DI, G_LO, N_GROUPS };
 
 /* Minor versions with debug offsets: column index into the position arrays. */
 enum { V13, V14, V15, N_DBG_VERSIONS };
@@ -185,18 +226,22 @@ static const struct dbg_version {
         uint16_t size_pos[N_GROUPS]; /* position of each group's `size` */
         /* Plausible struct sizes (bytes) of each group: [min, max]. */
 } dbg_versions[N_DBG_VERSIONS] = {
-    /*                      RT  IS   TS   FR   CO   OB   TY   BY   UN */
-    [V13] = {13, 584, {24, 48, 152, 224, 272, 352, 368, 512, 536}},
-    [V14] = {14, 760, {24, 48, 176, 248, 312, 400, 416, 592, 616}},
+    /*                      RT  IS   TS   FR   CO   OB   TY   BY   UN   DI   LO */
+    [V13] = {13, 584, {24, 48, 152, 224, 272, 352, 368, 512, 536, 448, 488}},
+    [V14] = {14, 760, {24, 48, 176, 248, 312, 400, 416, 592, 616, 528, 568}},
     /* 3.15 [U]: groups after pyobject are not used (supplement instead) */
-    [V15] = {15, 888, {24, 48, 176, 312, 376, 464, 0, 0, 0}},
+    [V15] = {15, 888, {24, 48, 176, 312, 376, 464, 0, 0, 0, 0, 0}},
 };
 
 /* Plausible sizes of the described structs, to reject garbage offsets. */
 static const uint32_t group_max_size[N_GROUPS] = {
-    [G_RT] = 1u << 20, [G_IS] = 1u << 20, [G_TS] = 1u << 16, [G_FR] = 512, [G_CO] = 1024,
-    [G_OB] = 64,       [G_TY] = 2048,     [G_BY] = 128,      [G_UN] = 256,
+    [G_RT] = 1u << 20, [G_IS] = 1u << 20, [G_TS] = 1u << 16, [G_FR] = 512,
+    [G_CO] = 1024,     [G_OB] = 64,       [G_TY] = 2048,     [G_BY] = 128,
+    [G_UN] = 256,      [G_DI] = 128,      [G_LO] = 64,
 };
+
+/* Groups only the thread names need: when implausible, names are off, the walk still works. */
+static const bool group_optional[N_GROUPS] = {[G_DI] = true, [G_LO] = true};
 
 /* How a debug value becomes a layout value. */
 enum dxform {
@@ -204,6 +249,7 @@ enum dxform {
         DX_GIL_RELATIVE, /* offset in interp of a _gil field: make it relative to the gil struct */
         DX_SMALL,        /* a size, or an offset inside a small struct: taken as is */
         DX_NONZERO,      /* 0 means "absent" (tlbc fields in GIL builds) */
+        DX_NAMES,        /* offset as is, only thread names need it: implausible leaves it -1 */
 };
 
 #define DG(field) offsetof(struct pylayout, field)
@@ -249,6 +295,11 @@ static const struct dbg_row {
     {DG(str_state), G_UN, DX_PLAIN, 4, {544, 624, 0}},
     {DG(str_length), G_UN, DX_PLAIN, 8, {552, 632, 0}},
     {DG(str_ascii_size), G_UN, DX_SMALL, 8, {560, 640, 0}},
+    {DG(is_modules), G_IS, DX_NAMES, 8, {88, 96, 96}},
+    {DG(dict_keys), G_DI, DX_NAMES, 8, {456, 536, 0}},
+    {DG(dict_values), G_DI, DX_NAMES, 8, {464, 544, 0}},
+    {DG(int_value), G_LO, DX_NAMES, 8, {496, 576, 0}},
+    {DG(int_digits), G_LO, DX_NAMES, 4, {504, 584, 0}},
 };
 
 /* Positions shared by every version: header, and the gil struct's offset in interp. */
@@ -424,7 +475,9 @@ int pylayout_from_debug_offsets(const uint8_t *dbg, size_t len, uint32_t version
                 if (!dv->size_pos[g])
                         continue;
                 gsize[g] = get_u64(dbg + dv->size_pos[g]);
-                if (gsize[g] < 16 || gsize[g] > group_max_size[g]) {
+                if (group_optional[g] && (gsize[g] < 16 || gsize[g] > group_max_size[g]))
+                        gsize[g] = 0; /* its fields fail their bounds check: left at -1 */
+                else if (gsize[g] < 16 || gsize[g] > group_max_size[g]) {
                         snprintf(err, errlen,
                                  "_Py_DebugOffsets: implausible struct size %llu (group %d): "
                                  "corrupt or not %d.%d",
@@ -454,6 +507,7 @@ int pylayout_from_debug_offsets(const uint8_t *dbg, size_t len, uint32_t version
                 int64_t res = (int64_t)val;
                 switch (r->xform) {
                 case DX_PLAIN:
+                case DX_NAMES:
                         if (val + r->width > gsize[r->group])
                                 goto bad;
                         break;
@@ -478,6 +532,8 @@ int pylayout_from_debug_offsets(const uint8_t *dbg, size_t len, uint32_t version
                 set_field(&L, r->off, T_I32, res);
                 continue;
         bad:
+                if (r->xform == DX_NAMES)
+                        continue; /* left at -1 by fill_column(): no thread names */
                 snprintf(err, errlen,
                          "_Py_DebugOffsets: implausible value %llu at byte %u (struct size %llu)",
                          (unsigned long long)val, r->pos[v], (unsigned long long)gsize[r->group]);
@@ -499,7 +555,7 @@ int pylayout_from_debug_offsets(const uint8_t *dbg, size_t len, uint32_t version
                 bool optional = false;
                 for (size_t i = 0; i < sizeof(dbg_rows) / sizeof(dbg_rows[0]); i++)
                         if (dbg_rows[i].off == rows[k].off &&
-                            (dbg_rows[i].xform == DX_NONZERO ||
+                            (dbg_rows[i].xform == DX_NONZERO || dbg_rows[i].xform == DX_NAMES ||
                              dbg_rows[i].off == offsetof(struct pylayout, gil_enabled)))
                                 optional = true;
                 if (!optional && field_i32(&L, rows[k].off) < 0) {

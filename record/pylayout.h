@@ -53,6 +53,29 @@ enum pyl_gil {
         PYL_GIL_INTERP,     /* *interp->ceval.gil: {enabled (FT)}, last_holder, locked (3.12+) */
 };
 
+/* How dicts are laid out (the thread names are found through dicts). */
+enum pyl_dicts {
+        PYL_DICT_PY2 = 1, /* 2.x: ma_mask + 1 slots of {hash, key, value} at ma_table */
+        PYL_DICT_36,      /* 3.6-3.10: compact keys, Py_ssize_t dk_size, index width from it */
+        PYL_DICT_311,     /* 3.11+: dk_log2_size, dk_log2_index_bytes, dk_kind (16-byte entries
+                             for str-only and split keys) */
+};
+
+/* Where an instance of a class keeps its attributes. */
+enum pyl_attrs {
+        PYL_ATTRS_DICTOFFSET = 1, /* <=3.10: a dict at the type's tp_dictoffset */
+        PYL_ATTRS_MANAGED_311,    /* 3.11 managed dict: values at -4 words, dict at -3 words */
+        PYL_ATTRS_TAGGED_312,     /* 3.12: one word at -3 words: values - 1 (odd), or a dict */
+        PYL_ATTRS_INLINE_313,     /* 3.13+: dict at -pre_dict; values inline after tp_basicsize */
+};
+
+/* How int objects are laid out. */
+enum pyl_ints {
+        PYL_INT_PY2 = 1, /* 2.x int: long at int_value; 2.x long as PYL_INT_SIZE */
+        PYL_INT_SIZE,    /* ob_size is the signed number of 30-bit digits (<=3.11) */
+        PYL_INT_TAG,     /* lv_tag at int_value: digits << 3 | sign (3.12+) */
+};
+
 #define PYL_OWNER_NONE 127 /* owner_skip_from when no owner value marks entry frames */
 
 struct pylayout {
@@ -66,6 +89,9 @@ struct pylayout {
         uint8_t linetable; /* enum lt_format */
         uint8_t strings;   /* enum pyl_strings */
         uint8_t gil;       /* enum pyl_gil */
+        uint8_t dicts;     /* enum pyl_dicts */
+        uint8_t attrs;     /* enum pyl_attrs */
+        uint8_t ints;      /* enum pyl_ints */
 
         /* PyObject / PyVarObject / PyTypeObject */
         int32_t ob_type, ob_size, tp_flags;
@@ -106,6 +132,22 @@ struct pylayout {
 
         /* _PyStackChunk {previous, size, top, data[]} (3.11+) */
         int32_t chunk_previous, chunk_size, chunk_data;
+
+        /*
+         * Thread names: interp->modules (3.12+: imports.modules), the module's
+         * md_dict, dicts, instance attributes, ints. A field at -1 here only
+         * means no thread names on that version, never a failed open.
+         */
+        int32_t is_modules, md_dict;
+        int32_t tp_basicsize, tp_dictoffset, ht_cached_keys;
+        int32_t dict_keys, dict_values, dict_mask; /* 2.x: ma_table, -1, ma_mask */
+        /* PyDictKeysObject (not an object): dk_size is dk_log2_size on 3.11+ */
+        int32_t dk_size, dk_log2_index_bytes, dk_kind, dk_nentries, dk_indices;
+        /* PyDictValues (3.11+; 3.6-3.10 ma_values is the array itself) */
+        int32_t values_values, values_valid;
+        /* bytes before an object: its managed dict pointer, 3.11's values pointer */
+        int32_t pre_dict, pre_values;
+        int32_t int_value, int_digits; /* 2.x ob_ival / 3.12+ lv_tag; the digits */
 };
 
 /*

@@ -84,6 +84,27 @@ typedef int (*pywalk_thread_fn)(void *ctx, const struct pywalk_thread *th);
  */
 int pywalk_sample(struct pywalk *w, pywalk_thread_fn fn, void *ctx);
 
+/*
+ * Called once per named thread by pywalk_thread_names(): the thread whose
+ * state has `thread_id` in interpreter `interp_id` (as in struct
+ * pywalk_thread) is called `name` (UTF-8, valid only during the call).
+ */
+typedef void (*pywalk_name_fn)(void *ctx, int64_t interp_id, uint64_t thread_id, const char *name);
+
+/*
+ * Read the names threading gave the threads (threading.Thread.name, found
+ * through threading._active in each interpreter's sys.modules) and report
+ * each through fn. Costs a few dozen reads, more the first time: call it
+ * about once a second and when a thread appears, never per sample (it does
+ * not touch the samples' prefetch). Threads threading does not know (not
+ * imported, started from C and never asked for current_thread(), not yet
+ * registered) get no call; on 3.15 only threads whose attributes live in a
+ * dict of their own are named. Returns the number of names reported, or a
+ * negative errno when the process is gone (-ESRCH) or unreadable; anything
+ * else that does not read or fit means no name, never an error.
+ */
+int pywalk_thread_names(struct pywalk *w, pywalk_name_fn fn, void *ctx);
+
 /* Number of memory reads issued so far (benchmarks). */
 uint64_t pywalk_reads(const struct pywalk *w);
 

@@ -24,9 +24,19 @@
 #include "sources.h"
 #include "stopper.h"
 
+/*
+ * Thread names come from threading's objects, which cost a few reads per
+ * thread: they are read once a second, and soon after a thread appears
+ * (threading registers it a moment after its thread state exists).
+ */
+#define NAMES_PERIOD_NS     1000000000
+#define NAMES_NEW_THREAD_NS 50000000
+
 /* A Python thread we have seen, keyed by (tstate address, thread id). */
 struct sthread {
         uint64_t tstate, thread_id;
+        int64_t interp_id;
+        char *name;     /* threading's name for it, NULL until known */
         uint32_t ref;   /* trace thread ref, 0 when not yet registered */
         pid_t host_tid; /* OS tid in our namespace, -1 unknown */
         int64_t ns_tid; /* OS tid as the target reported it */
@@ -58,6 +68,8 @@ struct sampler {
 
         struct sthread *threads;
         size_t n_threads, cap_threads;
+        int64_t names_due_ns; /* next reading of the thread names */
+        int names_rc;         /* a trace error while naming threads */
 
         /* (code id << 32 | line) -> trace frame id, open addressing */
         uint64_t *frame_keys;
@@ -167,9 +179,11 @@ void sampler_close(struct sampler *s)
         stopper_free(&s->stop);
         if (s->walk)
                 pywalk_close(s->walk);
-        for (size_t i = 0; i < s->n_threads; i++)
+        for (size_t i = 0; i < s->n_threads; i++) {
                 if (s->threads[i].stat_fd >= 0)
                         close(s->threads[i].stat_fd);
+                free(s->threads[i].name);
+        }
         free(s->threads);
         free(s->frame_keys);
         free(s->frame_vals);
@@ -200,10 +214,13 @@ static struct sthread *thread_lookup(struct sampler *s, const struct pywalk_thre
         memset(t, 0, sizeof(*t));
         t->tstate = th->tstate_addr;
         t->thread_id = th->thread_id;
+        t->interp_id = th->interp_id;
         t->host_tid = -1;
         t->ns_tid = -2; /* forces a lookup */
         t->stat_fd = -1;
         t->running = -1;
+        if (s->names_due_ns > s->tick_ns + NAMES_NEW_THREAD_NS)
+                s->names_due_ns = s->tick_ns + NAMES_NEW_THREAD_NS;
         return t;
 }
 
@@ -234,7 +251,7 @@ static int thread_register(struct sampler *s, struct sthread *t)
             .pid = s->pid,
             .tid = t->host_tid,
             .python_thread_id = t->thread_id,
-            .name = NULL,
+            .name = t->name,
         };
         return trace_writer_add_thread(s->w, &d, &t->ref);
 }
@@ -248,11 +265,40 @@ static void threads_gc(struct sampler *s)
                 if (s->tick - t->seen_tick > 100) {
                         if (t->stat_fd >= 0)
                                 close(t->stat_fd);
+                        free(t->name);
                         continue;
                 }
                 s->threads[kept++] = *t;
         }
         s->n_threads = kept;
+}
+
+static void on_name(void *ctx, int64_t interp_id, uint64_t thread_id, const char *name)
+{
+        struct sampler *s = ctx;
+        for (size_t i = 0; i < s->n_threads; i++) {
+                struct sthread *t = &s->threads[i];
+                if (t->thread_id != thread_id || t->interp_id != interp_id ||
+                    (t->name && strcmp(t->name, name) == 0))
+                        continue;
+                char *copy = strdup(name);
+                if (!copy)
+                        continue; /* unnamed a little longer */
+                free(t->name);
+                t->name = copy;
+                /* Not yet registered: registration will carry the name. */
+                if (t->ref && trace_writer_set_thread_name(s->w, t->ref, name) < 0)
+                        s->names_rc = -EIO;
+        }
+}
+
+/* Read threading's names for the threads and give new or changed ones to the trace. */
+static int names_refresh(struct sampler *s)
+{
+        s->names_due_ns = s->tick_ns + NAMES_PERIOD_NS;
+        s->names_rc = 0;
+        pywalk_thread_names(s->walk, on_name, s); /* a process gone shows in the next sample */
+        return s->names_rc;
 }
 
 /* ---- frames and stacks ------------------------------------------------ */
@@ -476,6 +522,12 @@ int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
                 s->st.read_errors++;
                 if (s->w)
                         trace_writer_count_error(s->w, s->pid, TRACE_ERROR_READ, 1);
+        }
+        if (rc >= 0 && s->w && t_ns >= s->names_due_ns)
+                rc = names_refresh(s);
+        if (rc == -EIO) {
+                snprintf(err, errlen, "writing the trace: %s", trace_writer_errmsg(s->w));
+                return -EIO;
         }
         if ((s->tick & 255) == 0)
                 threads_gc(s);

@@ -156,6 +156,13 @@ enum dv {
         DV_UN_STATE,
         DV_UN_LENGTH,
         DV_UN_ASCII_SIZE,
+        DV_IS_MODULES,
+        DV_DI_SIZE,
+        DV_DI_KEYS,
+        DV_DI_VALUES,
+        DV_LO_SIZE,
+        DV_LO_TAG,
+        DV_LO_DIGIT,
         N_DV
 };
 
@@ -175,7 +182,9 @@ static const uint16_t dpos[3][N_DV] = {
         [DV_OB_SIZE] = 352,       [DV_OB_TYPE] = 360,        [DV_TY_SIZE] = 368,
         [DV_TY_FLAGS] = 392,      [DV_BY_SIZE] = 512,        [DV_BY_OB_SIZE] = 520,
         [DV_BY_SVAL] = 528,       [DV_UN_SIZE] = 536,        [DV_UN_STATE] = 544,
-        [DV_UN_LENGTH] = 552,     [DV_UN_ASCII_SIZE] = 560,
+        [DV_UN_LENGTH] = 552,     [DV_UN_ASCII_SIZE] = 560,  [DV_IS_MODULES] = 88,
+        [DV_DI_SIZE] = 448,       [DV_DI_KEYS] = 456,        [DV_DI_VALUES] = 464,
+        [DV_LO_SIZE] = 488,       [DV_LO_TAG] = 496,         [DV_LO_DIGIT] = 504,
     },
     {
         [DV_RT_SIZE] = 24,        [DV_RT_INTERP_HEAD] = 40, [DV_IS_SIZE] = 48,
@@ -192,7 +201,9 @@ static const uint16_t dpos[3][N_DV] = {
         [DV_OB_TYPE] = 408,       [DV_TY_SIZE] = 416,       [DV_TY_FLAGS] = 440,
         [DV_BY_SIZE] = 592,       [DV_BY_OB_SIZE] = 600,    [DV_BY_SVAL] = 608,
         [DV_UN_SIZE] = 616,       [DV_UN_STATE] = 624,      [DV_UN_LENGTH] = 632,
-        [DV_UN_ASCII_SIZE] = 640,
+        [DV_UN_ASCII_SIZE] = 640, [DV_IS_MODULES] = 96,     [DV_DI_SIZE] = 528,
+        [DV_DI_KEYS] = 536,       [DV_DI_VALUES] = 544,     [DV_LO_SIZE] = 568,
+        [DV_LO_TAG] = 576,        [DV_LO_DIGIT] = 584,
     },
     {
         [DV_RT_SIZE] = 24,         [DV_RT_INTERP_HEAD] = 40, [DV_IS_SIZE] = 48,
@@ -206,7 +217,7 @@ static const uint16_t dpos[3][N_DV] = {
         [DV_FR_TLBC_INDEX] = 368,  [DV_CO_SIZE] = 376,       [DV_CO_FILENAME] = 384,
         [DV_CO_NAME] = 392,        [DV_CO_QUALNAME] = 400,   [DV_CO_LINETABLE] = 408,
         [DV_CO_FIRSTLINENO] = 416, [DV_CO_ADAPTIVE] = 448,   [DV_CO_TLBC] = 456,
-        [DV_OB_SIZE] = 464,        [DV_OB_TYPE] = 472,
+        [DV_OB_SIZE] = 464,        [DV_OB_TYPE] = 472,       [DV_IS_MODULES] = 96,
     },
 };
 static const uint16_t dsize[3] = {584, 760, 888};
@@ -229,9 +240,9 @@ static uint64_t new_object(struct pyimg *p, size_t len, uint64_t type)
 
 static size_t interp_size(const struct pylayout *L)
 {
-        int32_t offs[] = {L->is_next, L->is_threads_head, L->is_id, L->is_ceval_gil};
+        int32_t offs[] = {L->is_next, L->is_threads_head, L->is_id, L->is_ceval_gil, L->is_modules};
         int32_t m = 0;
-        for (size_t i = 0; i < 4; i++)
+        for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++)
                 if (offs[i] > m)
                         m = offs[i];
         return (size_t)m + 8 + 64 + 256; /* the gil struct sits in the last 256 bytes */
@@ -291,6 +302,13 @@ static void write_debug_offsets(struct pyimg *p, size_t rt_size)
             [DV_UN_STATE] = (uint64_t)L->str_state,
             [DV_UN_LENGTH] = (uint64_t)L->str_length,
             [DV_UN_ASCII_SIZE] = (uint64_t)L->str_ascii_size,
+            [DV_IS_MODULES] = (uint64_t)L->is_modules,
+            [DV_DI_SIZE] = (uint64_t)L->dict_values + 8,
+            [DV_DI_KEYS] = (uint64_t)L->dict_keys,
+            [DV_DI_VALUES] = (uint64_t)L->dict_values,
+            [DV_LO_SIZE] = (uint64_t)L->int_digits + 8,
+            [DV_LO_TAG] = (uint64_t)L->int_value,
+            [DV_LO_DIGIT] = (uint64_t)L->int_digits,
         };
         uint8_t *d = img_at(p->img, p->runtime, dsize[v]);
         memcpy(d, "xdebugpy", 8);

@@ -120,6 +120,33 @@ static void debug_layout(const struct ver *v, struct pylayout *L)
         L->chunk_previous = 0;
         L->chunk_size = 8;
         L->chunk_data = 24;
+        /*
+         * Thread names: 3.13t from the 3.13.0 headers with Py_GIL_DISABLED,
+         * 3.14+ [S]/[U]; imports.modules of 3.14+ is any offset inside the
+         * interpreter (the walker takes it from _Py_DebugOffsets).
+         */
+        L->dicts = PYL_DICT_311;
+        L->attrs = PYL_ATTRS_INLINE_313;
+        L->ints = PYL_INT_TAG;
+        L->is_modules = v->minor == 13 ? (t ? 7664 : 7656) : 7648;
+        L->md_dict = 16 + h;
+        L->tp_basicsize = 32 + h;
+        L->tp_dictoffset = 288 + h;
+        L->ht_cached_keys = v->minor >= 15 ? -1 : 880 + h;
+        L->dict_keys = 32 + h;
+        L->dict_values = 40 + h;
+        L->dict_mask = -1;
+        L->dk_size = 8;
+        L->dk_log2_index_bytes = 9;
+        L->dk_kind = 10;
+        L->dk_nentries = 24;
+        L->dk_indices = 32;
+        L->values_values = 8;
+        L->values_valid = 3;
+        L->pre_dict = t ? 8 : 24;
+        L->pre_values = -1;
+        L->int_value = 16 + h;
+        L->int_digits = 24 + h;
         /* Bytes per frame read, as the walker derives them (checked against pylayout). */
         int32_t end = L->fr_lasti + 8;
         if (L->fr_owner + 1 > end)
