@@ -1253,30 +1253,9 @@ static void md_rows(struct out *o, const struct diff *d, bool regressions)
                 out_printf(o, "\n…and %zu more.\n", total - listed);
 }
 
-static void write_markdown(struct diff *d, struct out *o, const struct trip *trips, size_t n)
+/* The gate's verdict: the rules, or what tripped them. */
+static void md_gate(struct out *o, const struct diff *d, const struct trip *trips, size_t n)
 {
-        bool time = d->opts->per == PER_TIME;
-        out_puts(o, "### pyflame-diff: ");
-        if (!d->regressions && !d->improvements)
-                out_puts(o, "no significant change\n\n");
-        else
-                out_printf(o, "%zu significant regression%s, %zu improvement%s\n\n", d->regressions,
-                           d->regressions == 1 ? "" : "s", d->improvements,
-                           d->improvements == 1 ? "" : "s");
-        out_puts(o, "Base ");
-        md_code(o, d->side[0].spec, strlen(d->side[0].spec));
-        out_printf(o, " (%llu samples), new ", (unsigned long long)d->side[0].stats.samples);
-        md_code(o, d->side[1].spec, strlen(d->side[1].spec));
-        out_printf(o,
-                   " (%llu samples); self %s by %s. %g%% confidence, Holm-adjusted over %zu "
-                   "tests; rows with fewer than %llu samples are not tested.\n",
-                   (unsigned long long)d->side[1].stats.samples, time ? "time" : "share of samples",
-                   view_names[d->opts->view], 100.0 * d->opts->confidence, d->tests,
-                   (unsigned long long)d->opts->min_samples);
-        md_rows(o, d, true);
-        md_rows(o, d, false);
-        if (!d->opts->n_rules)
-                return;
         out_puts(o, n ? "\n**Gate failed**: " : "\n**Gate passed**: ");
         if (!n) {
                 for (size_t g = 0; g < d->opts->n_rules; g++) {
@@ -1299,6 +1278,50 @@ static void write_markdown(struct diff *d, struct out *o, const struct trip *tri
         if (n > DIFF_TRIPS_PER_RULE)
                 out_printf(o, "; and %zu more", n - DIFF_TRIPS_PER_RULE);
         out_puts(o, ".\n");
+}
+
+/*
+ * A pull-request comment. Without rules: a summary and the significant
+ * regressions and improvements. With rules, the comment leads with the
+ * gate's verdict and folds the significant changes into a <details> block:
+ * what a reviewer sees at first changes only when the gate's verdict does,
+ * not when a change too small to matter happens to be significant.
+ */
+static void write_markdown(struct diff *d, struct out *o, const struct trip *trips, size_t n)
+{
+        bool time = d->opts->per == PER_TIME, gate = d->opts->n_rules > 0;
+        size_t changes = d->regressions + d->improvements;
+        out_puts(o, "### pyflame-diff: ");
+        if (gate)
+                out_puts(o, n ? "gate failed\n\n" : "gate passed\n\n");
+        else if (!changes)
+                out_puts(o, "no significant change\n\n");
+        else
+                out_printf(o, "%zu significant regression%s, %zu improvement%s\n\n", d->regressions,
+                           d->regressions == 1 ? "" : "s", d->improvements,
+                           d->improvements == 1 ? "" : "s");
+        out_puts(o, "Base ");
+        md_code(o, d->side[0].spec, strlen(d->side[0].spec));
+        out_printf(o, " (%llu samples), new ", (unsigned long long)d->side[0].stats.samples);
+        md_code(o, d->side[1].spec, strlen(d->side[1].spec));
+        out_printf(o,
+                   " (%llu samples); self %s by %s. %g%% confidence, Holm-adjusted over %zu "
+                   "tests; rows with fewer than %llu samples are not tested.\n",
+                   (unsigned long long)d->side[1].stats.samples, time ? "time" : "share of samples",
+                   view_names[d->opts->view], 100.0 * d->opts->confidence, d->tests,
+                   (unsigned long long)d->opts->min_samples);
+        if (gate)
+                md_gate(o, d, trips, n);
+        if (gate && changes)
+                out_printf(o,
+                           "\n<details><summary>Significant changes: %zu regression%s, %zu "
+                           "improvement%s</summary>\n",
+                           d->regressions, d->regressions == 1 ? "" : "s", d->improvements,
+                           d->improvements == 1 ? "" : "s");
+        md_rows(o, d, true);
+        md_rows(o, d, false);
+        if (gate && changes)
+                out_puts(o, "\n</details>\n");
 }
 
 /* ---- folded (difffolded.pl) ---- */

@@ -1,7 +1,13 @@
-"""Workload of pyflame-diff's end-to-end test: four functions called in turn
-for a given number of seconds, each call a few microseconds long, so that
-samples 5 ms apart are nearly independent. Their shares of the time follow
-their work per call (parse 25%, compute 25%, render 17%, query 33%).
+"""Workload of pyflame-diff's end-to-end test: four functions called for a
+given number of seconds, each call a few microseconds long, in a random
+order with random lengths. Their shares of the time follow their mean work
+per call (parse 25%, compute 25%, render 17%, query 33%).
+
+The order is pseudo-random on purpose: a loop that calls the same functions in the same order every few
+microseconds is periodic, and a sampler ticking every 5 ms sees it
+stroboscopically, at a phase that drifts slowly, so that consecutive samples
+are alike however short the calls are, and two runs differ by more than
+their samples can show.
 
 Usage: bench.py SECONDS [SLOW]   SLOW names a function given twice the work
 """
@@ -39,17 +45,19 @@ def query(n):
 
 def main():
     seconds = float(sys.argv[1])
-    work = {"parse": 150, "compute": 150, "render": 100, "query": 200}
+    work = {parse: 150, compute: 150, render: 100, query: 200}
     if len(sys.argv) > 2:
-        work[sys.argv[2]] *= 2
-    p, c, r, q = work["parse"], work["compute"], work["render"], work["query"]
+        work[globals()[sys.argv[2]]] *= 2
+    # 4 functions x 4 lengths, picked by the top bits of a linear congruential
+    # generator: no period at any scale a recording can see, and cheap.
+    table = [(f, int(n * k)) for f, n in work.items() for k in (0.5, 0.8, 1.2, 1.5)]
+    x = 12345
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        for _ in range(20):
-            parse(p)
-            compute(c)
-            render(r)
-            query(q)
+        for _ in range(200):
+            x = (x * 1103515245 + 12345) & 0x7FFFFFFF
+            f, n = table[x >> 27]
+            f(n)
 
 
 main()
