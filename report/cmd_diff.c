@@ -10,7 +10,9 @@
  * aggregated exactly as a single report aggregates it (aggregate.c: the
  * hot-spot table or the folded stacks of the selection), and once more per
  * time block (slice_counts_build) for the batch-means variance of
- * diffstat.c. Rows of the two sides are matched by identity: (function,
+ * diffstat.c; a side merged from several recordings (pyflame-report merge)
+ * is also aggregated per recording, for the variance between runs. Rows of
+ * the two sides are matched by identity: (function,
  * file, first line), (file, line), or the folded stack's text. Every row is
  * tested on its self and total samples; p-values are Holm-adjusted over
  * all tests made; only a significant change can trip a gate rule.
@@ -517,6 +519,23 @@ static int side_sample_seconds(struct side *s, const struct trace_summary *sum)
         return 0;
 }
 
+/* Per-row counts of the stacks `e` on side `s` into x[metric][row] (zeroed first). */
+static int rows_of(struct side *s, size_t n_metrics, const struct slice_entry *e, size_t n,
+                   uint64_t **x)
+{
+        for (size_t m = 0; m < n_metrics; m++)
+                memset(x[m], 0, s->n_rows * sizeof(*x[m]));
+        if (n_metrics > 1)
+                return hot_table_count(&s->ht, s->r, e, n, x[M_SELF], x[M_TOTAL]);
+        for (size_t i = 0; i < n; i++) {
+                uint32_t line = s->fs.line_of_stack[e[i].stack];
+                if (!line)
+                        return TRACE_ERR_CORRUPT;
+                x[M_SELF][line - 1] += e[i].count;
+        }
+        return 0;
+}
+
 /* Add one block's per-row counts to the rows' sums. */
 static void add_block(struct diffstat_cell *cells, const uint64_t *x, size_t n, uint64_t block_n)
 {
@@ -541,25 +560,82 @@ static int side_blocks(struct side *s, size_t n_metrics)
                         rc = TRACE_ERR_NOMEM;
         }
         for (uint32_t b = 0; rc == 0 && b < sc->n_slices; b++) {
-                const struct slice_entry *e = sc->entries + sc->first[b];
-                size_t n = sc->first[b + 1] - sc->first[b];
-                for (size_t m = 0; m < n_metrics; m++)
-                        memset(x[m], 0, s->n_rows * sizeof(*x[m]));
-                if (n_metrics == 1) {
-                        for (size_t i = 0; i < n; i++) {
-                                uint32_t line = s->fs.line_of_stack[e[i].stack];
-                                if (!line) {
-                                        rc = TRACE_ERR_CORRUPT;
-                                        break;
-                                }
-                                x[M_SELF][line - 1] += e[i].count;
-                        }
-                } else {
-                        rc = hot_table_count(&s->ht, s->r, e, n, x[M_SELF], x[M_TOTAL]);
-                }
+                rc = rows_of(s, n_metrics, sc->entries + sc->first[b],
+                             sc->first[b + 1] - sc->first[b], x);
                 for (size_t m = 0; rc == 0 && m < n_metrics; m++)
                         add_block(s->cells[m], x[m], s->n_rows, sc->samples[b]);
         }
+        free(x[0]);
+        free(x[1]);
+        return rc;
+}
+
+/* Is `pid` in the selection's pid list (an empty list keeps every pid)? */
+static bool pid_selected(const struct trace_filter *f, int32_t pid)
+{
+        for (size_t i = 0; i < f->n_pids; i++)
+                if (f->pids[i] == pid)
+                        return true;
+        return f->n_pids == 0;
+}
+
+/*
+ * A side merged from several recordings: count the selection once per
+ * recording (its processes) and add each run's per-row counts to the rows'
+ * per-run sums, for the variance between runs.
+ */
+static int side_runs(struct side *s, size_t n_metrics)
+{
+        uint32_t n_rec = trace_reader_recording_count(s->r);
+        uint32_t n_proc = trace_reader_process_count(s->r);
+        if (n_rec < 2)
+                return 0;
+        int32_t *pids = calloc(n_proc ? n_proc : 1, sizeof(*pids));
+        struct slice_entry *e = calloc(s->sc.all.n_stacks ? s->sc.all.n_stacks : 1, sizeof(*e));
+        uint64_t *x[M_COUNT] = {NULL, NULL};
+        int rc = pids && e ? 0 : TRACE_ERR_NOMEM;
+        for (size_t m = 0; rc == 0 && m < n_metrics; m++)
+                if (!(x[m] = calloc(s->n_rows ? s->n_rows : 1, sizeof(*x[m]))))
+                        rc = TRACE_ERR_NOMEM;
+        for (uint32_t rec = 1; rc == 0 && rec <= n_rec; rec++) {
+                size_t k = 0;
+                for (uint32_t i = 0; i < n_proc; i++) {
+                        struct trace_process p;
+                        uint32_t origin;
+                        if (trace_reader_process_at(s->r, i, &p) == 0 &&
+                            trace_reader_process_origin(s->r, i, &origin, NULL) == 0 &&
+                            origin == rec && pid_selected(&s->sel.filter, p.pid))
+                                pids[k++] = p.pid;
+                }
+                if (!k)
+                        continue;
+                struct trace_filter f = s->sel.filter;
+                f.pids = pids;
+                f.n_pids = k;
+                struct stack_counts sc = {0};
+                if ((rc = stack_counts_build(s->r, &f, &sc)) < 0)
+                        break;
+                size_t n = 0;
+                for (uint32_t st = 0; st < sc.n_stacks; st++)
+                        if (sc.counts[st])
+                                e[n++] = (struct slice_entry){0, st, sc.counts[st]};
+                uint64_t total = sc.total;
+                stack_counts_free(&sc);
+                if (!total)
+                        continue;
+                if ((rc = rows_of(s, n_metrics, e, n, x)) < 0)
+                        break;
+                for (size_t m = 0; m < n_metrics; m++)
+                        for (size_t i = 0; i < s->n_rows; i++) {
+                                double v = (double)x[m][i];
+                                s->cells[m][i].run_sum_x2 += v * v;
+                                s->cells[m][i].run_sum_xn += v * (double)total;
+                        }
+                s->stats.runs++;
+                s->stats.run_sum_n2 += (double)total * (double)total;
+        }
+        free(pids);
+        free(e);
         free(x[0]);
         free(x[1]);
         return rc;
@@ -642,7 +718,7 @@ static int side_load(struct diff *d, struct side *s)
                         s->cells[M_TOTAL][i].x = s->ht.rows[i].total;
                 }
         }
-        if ((st = side_blocks(s, d->n_metrics)) < 0)
+        if ((st = side_blocks(s, d->n_metrics)) < 0 || (st = side_runs(s, d->n_metrics)) < 0)
                 return report_read_failed(s->path, s->r, st);
         return 0;
 }
@@ -1013,6 +1089,8 @@ static void text_side(struct out *o, const char *label, const struct side *s, bo
 {
         out_printf(o, "%s %s: %llu samples in %.3f s", label, s->spec,
                    (unsigned long long)s->stats.samples, (double)(s->end_ns - s->from_ns) / 1e9);
+        if (s->stats.runs > 1)
+                out_printf(o, ", %u runs", s->stats.runs);
         if (time)
                 out_printf(o, ", %.3f ms per sample", s->sample_s * 1e3);
         out_puts(o, "\n");
@@ -1050,9 +1128,12 @@ static void json_side(struct out *o, const struct side *s, bool time)
         out_json_string(o, s->path);
         out_puts(o, ", \"spec\": ");
         out_json_string(o, s->spec);
-        out_printf(o, ", \"from_s\": %.6f, \"to_s\": %.6f, \"samples\": %llu, \"blocks\": %u",
+        out_printf(o,
+                   ", \"from_s\": %.6f, \"to_s\": %.6f, \"samples\": %llu, \"blocks\": %u, "
+                   "\"runs\": %u",
                    (double)s->from_ns / 1e9, (double)s->end_ns / 1e9,
-                   (unsigned long long)s->stats.samples, s->stats.blocks);
+                   (unsigned long long)s->stats.samples, s->stats.blocks,
+                   s->stats.runs > 1 ? s->stats.runs : 1);
         if (time)
                 out_printf(o, ", \"ms_per_sample\": %.6f", s->sample_s * 1e3);
         out_puts(o, "}");

@@ -24,11 +24,16 @@
  *     block's samples gives the variance of the ratio estimator that
  *     autocorrelation at scales shorter than a block cannot hide
  *     (B/(B-1) sum_b (x_b - p n_b)^2 / N^2).
- * When batch means wins, the variance is an estimate with B-1 degrees of
- * freedom, and the statistic is referred to Student's t with the
- * Welch-Satterthwaite degrees of freedom of the two sides; otherwise to the
- * normal distribution. Taking the larger of the two never makes a test
- * bolder than the textbook one.
+ *   - between runs, when a side is several recordings merged into one trace
+ *     (pyflame-report merge): the same estimator with each run as a block.
+ *     Two runs of one program differ by more than their samples show (the
+ *     machine's load, memory layout, frequency), and within one recording
+ *     nothing can measure that; replicated runs can.
+ * When a cluster estimate (blocks or runs) wins, the variance is an estimate
+ * with (clusters - 1) degrees of freedom, and the statistic is referred to
+ * Student's t with the Welch-Satterthwaite degrees of freedom of the two
+ * sides; otherwise to the normal distribution. Taking the largest estimate
+ * never makes a test bolder than the textbook one.
  *
  * Many rows are compared at once, so the p-values are adjusted with Holm's
  * step-down method over every test that was made: the chance that any
@@ -120,29 +125,41 @@ uint32_t diffstat_blocks_for(uint64_t samples)
 }
 
 /*
+ * The cluster-robust variance of the ratio estimator x/N over k clusters
+ * (time blocks or runs) given the sums of x_c^2, x_c n_c and n_c^2:
+ * k/(k-1) sum_c (x_c - p n_c)^2 / N^2. Taken as the variance with k - 1
+ * degrees of freedom when it exceeds *var.
+ */
+static void cluster_variance(double n, double x, uint32_t clusters, double sum_x2, double sum_xn,
+                             double sum_n2, double *var, double *df)
+{
+        if (clusters < 2 || n <= 0.0)
+                return;
+        double p = x / n;
+        double ss = sum_x2 - 2.0 * p * sum_xn + p * p * sum_n2;
+        if (ss < 0.0)
+                ss = 0.0; /* rounding of the expanded square */
+        double k = (double)clusters;
+        double v = k / (k - 1.0) * ss / (n * n);
+        if (v > *var) {
+                *var = v;
+                *df = k - 1.0;
+        }
+}
+
+/*
  * Variance of one side's share x/N and its degrees of freedom (INFINITY
- * when the binomial estimate is the larger, or blocks are too few).
+ * when the binomial estimate is the largest).
  */
 static void side_variance(const struct diffstat_side *s, const struct diffstat_cell *c, double *var,
                           double *df)
 {
         double n = (double)s->samples, x = (double)c->x;
         double pt = (x + 1.0) / (n + 2.0);
-        double binomial = pt * (1.0 - pt) / (n + 2.0);
-        *var = binomial;
+        *var = pt * (1.0 - pt) / (n + 2.0);
         *df = INFINITY;
-        if (s->blocks < 2 || n <= 0.0)
-                return;
-        double p = x / n;
-        double ss = c->sum_x2 - 2.0 * p * c->sum_xn + p * p * s->sum_n2;
-        if (ss < 0.0)
-                ss = 0.0; /* rounding of the expanded square */
-        double b = (double)s->blocks;
-        double batch = b / (b - 1.0) * ss / (n * n);
-        if (batch > binomial) {
-                *var = batch;
-                *df = b - 1.0;
-        }
+        cluster_variance(n, x, s->blocks, c->sum_x2, c->sum_xn, s->sum_n2, var, df);
+        cluster_variance(n, x, s->runs, c->run_sum_x2, c->run_sum_xn, s->run_sum_n2, var, df);
 }
 
 void diffstat_compare(const struct diffstat_side *base, const struct diffstat_cell *cb,

@@ -451,17 +451,21 @@ uint32_t diffstat_blocks_for(uint64_t samples);
 
 /* One side of a comparison: its selection as a whole. */
 struct diffstat_side {
-        uint64_t samples; /* N, the denominator of every share */
-        uint32_t blocks;  /* time blocks holding at least one sample */
-        double sum_n2;    /* sum over blocks of (samples in the block)^2 */
-        double scale;     /* 1 to compare shares; the side's sampled seconds for time */
+        uint64_t samples;  /* N, the denominator of every share */
+        uint32_t blocks;   /* time blocks holding at least one sample */
+        double sum_n2;     /* sum over blocks of (samples in the block)^2 */
+        double scale;      /* 1 to compare shares; the side's sampled seconds for time */
+        uint32_t runs;     /* recordings (runs) of a merged side with samples; 0 or 1: one */
+        double run_sum_n2; /* sum over runs of (samples in the run)^2 */
 };
 
-/* One row's count on one side, and its per-block sums. */
+/* One row's count on one side, and its per-block and per-run sums. */
 struct diffstat_cell {
-        uint64_t x;    /* samples of the row */
-        double sum_x2; /* sum over blocks of (row's samples in the block)^2 */
-        double sum_xn; /* sum over blocks of row's samples times block's samples */
+        uint64_t x;        /* samples of the row */
+        double sum_x2;     /* sum over blocks of (row's samples in the block)^2 */
+        double sum_xn;     /* sum over blocks of row's samples times block's samples */
+        double run_sum_x2; /* the same two sums over runs */
+        double run_sum_xn;
 };
 
 struct diffstat_result {

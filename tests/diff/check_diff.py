@@ -260,6 +260,26 @@ def merge_cases(c):
     c.case("merge-usage-no-input", ["merge", "-o", "x.db"], rc=2, prog=r)
 
 
+def runs_cases(c):
+    """Runs that differ by more than their samples: one run per side reports
+    changes; five runs merged per side measure the variation and do not."""
+    r = c.report
+    for side in "ab":
+        code, _, err = c.run(["merge"] + ["run-%s%d.db" % (side, i) for i in range(1, 6)]
+                             + ["-o", "runs-%s.db" % side], prog=r)
+        c.ok("runs: merge %s" % side, code == 0, err)
+    out, _ = c.case("diff-one-run", ["--format", "json", "run-a1.db", "run-b1.db"])
+    j = json.loads(out)
+    c.ok("runs: one run per side reports changes",
+         j["significant"]["regressions"] + j["significant"]["improvements"] > 0,
+         str(j["significant"]))
+    c.case("diff-five-runs", ["runs-a.db", "runs-b.db"])
+    out, _ = c.case("diff-five-runs-json", ["--format", "json", "runs-a.db", "runs-b.db"])
+    j = json.loads(out)
+    c.ok("runs: five runs per side, no change", j["significant"] ==
+         {"regressions": 0, "improvements": 0} and j["base"]["runs"] == 5, str(j["significant"]))
+
+
 def false_alarms(n, make_traces, diff, work):
     """n pairs of recordings of one program through the real binary, with a gate
     that trips on any significant change in either direction."""
@@ -304,6 +324,7 @@ def main():
     diff_cases(c)
     slices_cases(c)
     merge_cases(c)
+    runs_cases(c)
     damaged_cases(c)
     print("%d passed, %d failed%s" % (c.passed, c.failed, " (goldens updated)" if UPDATE else ""))
     return 1 if c.failed else 0

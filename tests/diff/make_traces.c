@@ -138,8 +138,12 @@ enum { L_PARSE, L_COMPUTE, L_RENDER, L_QUERY, L_HANDLE, L_MAIN, L_COUNT };
 static const double leaf_weight[L_COUNT] = {0.25, 0.30, 0.15, 0.20, 0.05, 0.05};
 static const double leaf_run[L_COUNT] = {2, 3, 1, 4, 1, 1};
 
+/*
+ * `shift`: each leaf's weight is scaled by a factor drawn from [1 - shift,
+ * 1 + shift], as runs of one program differ when the machine does.
+ */
 static void write_app(const char *dir, const char *name, uint64_t seed, double slow, int ticks,
-                      int32_t pid)
+                      int32_t pid, double shift)
 {
         rng = seed;
         struct trace_writer *w = create(dir, name, "testhost");
@@ -164,7 +168,8 @@ static void write_app(const char *dir, const char *name, uint64_t seed, double s
 
         double weight[L_COUNT], sum = 0;
         for (int k = 0; k < L_COUNT; k++)
-                sum += weight[k] = leaf_weight[k] * (k == L_COMPUTE ? slow : 1.0);
+                sum += weight[k] = leaf_weight[k] * (k == L_COMPUTE ? slow : 1.0) *
+                                   (shift > 0 ? 1.0 + shift * (2 * uniform() - 1) : 1.0);
         int cur = -1;
         bool waiting = true;
         for (int tick = 0; tick < ticks; tick++) {
@@ -315,14 +320,25 @@ int main(int argc, char **argv)
                         char a[64], b[64];
                         snprintf(a, sizeof(a), "pair%04d-a.db", i);
                         snprintf(b, sizeof(b), "pair%04d-b.db", i);
-                        write_app(dir, a, 1000003ULL * (uint64_t)(2 * i + 1), 1.0, 1000, 100);
-                        write_app(dir, b, 1000003ULL * (uint64_t)(2 * i + 2), 1.0, 1000, 100);
+                        write_app(dir, a, 1000003ULL * (uint64_t)(2 * i + 1), 1.0, 1000, 100, 0);
+                        write_app(dir, b, 1000003ULL * (uint64_t)(2 * i + 2), 1.0, 1000, 100, 0);
                 }
                 return 0;
         }
-        write_app(dir, "app.db", 11, 1.0, 2000, 100);
-        write_app(dir, "same.db", 12, 1.0, 2000, 200);
-        write_app(dir, "slower.db", 13, 2.0, 2000, 300);
+        write_app(dir, "app.db", 11, 1.0, 2000, 100, 0);
+        write_app(dir, "same.db", 12, 1.0, 2000, 200, 0);
+        write_app(dir, "slower.db", 13, 2.0, 2000, 300, 0);
+        /*
+         * Runs of one program whose shares differ by up to 40% from run to
+         * run: run-a1..5 and run-b1..5, to be merged into two sides.
+         */
+        for (int i = 1; i <= 5; i++) {
+                char a[32], b[32];
+                snprintf(a, sizeof(a), "run-a%d.db", i);
+                snprintf(b, sizeof(b), "run-b%d.db", i);
+                write_app(dir, a, 100 + (uint64_t)i, 1.0, 3000, 700, 0.4);
+                write_app(dir, b, 200 + (uint64_t)i, 1.0, 3000, 700, 0.4);
+        }
         write_phases(dir);
         write_small(dir);
         write_idle(dir);

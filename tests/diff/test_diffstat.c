@@ -5,7 +5,9 @@
  * one side, too few samples, batch means taking over from the binomial
  * variance), and the false-alarm rate of the whole procedure on simulated
  * pairs of identical programs whose samples are autocorrelated, next to
- * the rate of the textbook two-proportion z-test on the same pairs.
+ * the rate of the textbook two-proportion z-test on the same pairs; and,
+ * when runs differ by more than their samples (each run's shares shifted at
+ * random), the rate with one run per side against several runs merged.
  *
  * The simulation is deterministic (a fixed xorshift seed), so its
  * assertions are not flaky: they hold for these 1000 pairs, and the rates
@@ -75,8 +77,8 @@ static void even(uint64_t n, uint32_t b, uint64_t x, struct diffstat_side *s,
                  struct diffstat_cell *c)
 {
         double nb = (double)n / b, xb = (double)x / b;
-        *s = (struct diffstat_side){n, b, b * nb * nb, 1.0};
-        *c = (struct diffstat_cell){x, b * xb * xb, b * xb * nb};
+        *s = (struct diffstat_side){.samples = n, .blocks = b, .sum_n2 = b * nb * nb, .scale = 1.0};
+        *c = (struct diffstat_cell){.x = x, .sum_x2 = b * xb * xb, .sum_xn = b * xb * nb};
 }
 
 static void test_compare(void **state)
@@ -114,7 +116,7 @@ static void test_compare(void **state)
         assert_true(r.p == 1.0 && r.change > 0);
 
         /* Empty side: nothing to test. */
-        struct diffstat_side empty = {0, 0, 0, 1.0};
+        struct diffstat_side empty = {.scale = 1.0};
         diffstat_compare(&empty, &zero, &b, &cb, 0, &r);
         assert_false(r.tested);
 
@@ -124,15 +126,18 @@ static void test_compare(void **state)
          * the change (20% -> 30%) that the binomial variance would call
          * significant is not.
          */
-        struct diffstat_side ba = {1000, 10, 10 * 100.0 * 100.0, 1.0};
-        struct diffstat_cell bca = {200, 2 * 100.0 * 100.0, 2 * 100.0 * 100.0};
-        struct diffstat_cell bcb = {300, 2 * 150.0 * 150.0, 2 * 150.0 * 100.0};
+        struct diffstat_side ba = {
+            .samples = 1000, .blocks = 10, .sum_n2 = 10 * 100.0 * 100.0, .scale = 1.0};
+        struct diffstat_cell bca = {
+            .x = 200, .sum_x2 = 2 * 100.0 * 100.0, .sum_xn = 2 * 100.0 * 100.0};
+        struct diffstat_cell bcb = {
+            .x = 300, .sum_x2 = 2 * 150.0 * 150.0, .sum_xn = 2 * 150.0 * 100.0};
         diffstat_compare(&ba, &bca, &ba, &bcb, 20, &r);
         assert_true(r.tested);
         assert_true(isfinite(r.df) && r.df > 1 && r.df < 20);
         assert_true(r.p > 0.05);
-        struct diffstat_cell sa = {200, 0, 0}, sb = {300, 0, 0};
-        struct diffstat_side nb = {1000, 1, 0, 1.0};
+        struct diffstat_cell sa = {.x = 200}, sb = {.x = 300};
+        struct diffstat_side nb = {.samples = 1000, .blocks = 1, .scale = 1.0};
         diffstat_compare(&nb, &sa, &nb, &sb, 20, &r);
         assert_true(isinf(r.df) && r.p < 1e-5); /* what the textbook test says */
 
@@ -186,25 +191,55 @@ static int draw(const double *share)
         return K - 1;
 }
 
-/* Record n samples of the program into per-row cells, cut in blocks as pyflame-diff cuts them. */
-static void record(const struct program *p, uint64_t n, struct diffstat_side *s,
+/* How a side is recorded: runs of n samples each, each run's shares shifted by up to +-shift. */
+struct setup {
+        uint64_t n;
+        uint32_t runs;
+        double shift;
+};
+
+/*
+ * Record one side into per-row cells, cut in time blocks as pyflame-diff
+ * cuts them (runs merged at their starts share the blocks) and, with
+ * several runs, summed per run.
+ */
+static void record(const struct program *p, const struct setup *u, struct diffstat_side *s,
                    struct diffstat_cell *c)
 {
-        uint32_t b = diffstat_blocks_for(n);
+        uint64_t total = u->n * u->runs;
+        uint32_t b = diffstat_blocks_for(total);
         uint64_t bx[DIFFSTAT_BLOCKS_MAX][ROWS], bn[DIFFSTAT_BLOCKS_MAX];
         memset(bx, 0, sizeof(bx));
         memset(bn, 0, sizeof(bn));
         memset(c, 0, ROWS * sizeof(*c));
-        int cur = -1;
-        for (uint64_t i = 0; i < n; i++) {
-                if (cur < 0 || uniform() < 1.0 / p->run[cur])
-                        cur = draw(p->share);
-                uint32_t blk = (uint32_t)(i * b / n);
-                bn[blk]++;
-                bx[blk][cur]++;
-                bx[blk][K + cur / (K / CALLERS)]++;
+        *s = (struct diffstat_side){.samples = total, .blocks = b, .scale = 1.0};
+        for (uint32_t run = 0; run < u->runs; run++) {
+                double share[K], sum = 0;
+                for (int k = 0; k < K; k++)
+                        sum += share[k] = p->share[k] * (1.0 + u->shift * (2 * uniform() - 1));
+                for (int k = 0; k < K; k++)
+                        share[k] /= sum;
+                uint64_t rx[ROWS] = {0};
+                int cur = -1;
+                for (uint64_t i = 0; i < u->n; i++) {
+                        if (cur < 0 || uniform() < 1.0 / p->run[cur])
+                                cur = draw(share);
+                        uint32_t blk = (uint32_t)(i * b / u->n);
+                        bn[blk]++;
+                        bx[blk][cur]++;
+                        bx[blk][K + cur / (K / CALLERS)]++;
+                        rx[cur]++;
+                        rx[K + cur / (K / CALLERS)]++;
+                }
+                if (u->runs < 2)
+                        continue;
+                s->runs++;
+                s->run_sum_n2 += (double)u->n * u->n;
+                for (int r = 0; r < ROWS; r++) {
+                        c[r].run_sum_x2 += (double)rx[r] * rx[r];
+                        c[r].run_sum_xn += (double)rx[r] * u->n;
+                }
         }
-        *s = (struct diffstat_side){n, b, 0, 1.0};
         for (uint32_t j = 0; j < b; j++) {
                 s->sum_n2 += (double)bn[j] * bn[j];
                 for (int r = 0; r < ROWS; r++) {
@@ -217,13 +252,14 @@ static void record(const struct program *p, uint64_t n, struct diffstat_side *s,
 
 /* Rows whose change is significant at family-wise 1 - confidence, by our test and the textbook
  * z-test. */
-static void compare_pair(const struct program *base, const struct program *new_, uint64_t n,
-                         int *ours, int *naive, bool *row0)
+static void compare_setup(const struct program *base, const struct program *new_,
+                          const struct setup *u, int *ours, int *naive, bool *row0)
 {
         struct diffstat_side sa, sb;
         struct diffstat_cell ca[ROWS], cb[ROWS];
-        record(base, n, &sa, ca);
-        record(new_, n, &sb, cb);
+        uint64_t n = u->n * u->runs;
+        record(base, u, &sa, ca);
+        record(new_, u, &sb, cb);
         double p[ROWS], pz[ROWS], adj[ROWS], adjz[ROWS];
         int idx[ROWS];
         size_t m = 0;
@@ -248,6 +284,14 @@ static void compare_pair(const struct program *base, const struct program *new_,
                 if (idx[i] == 0 && adj[i] <= 0.01)
                         *row0 = true;
         }
+}
+
+/* One run per side, n samples each, no shift between runs. */
+static void compare_pair(const struct program *base, const struct program *new_, uint64_t n,
+                         int *ours, int *naive, bool *row0)
+{
+        struct setup u = {n, 1, 0.0};
+        compare_setup(base, new_, &u, ours, naive, row0);
 }
 
 static const struct program mixed = {
@@ -299,6 +343,55 @@ static void test_false_alarm_rate(void **state)
 }
 
 /*
+ * Runs that differ by more than their samples: every run's shares shifted by
+ * up to +-20% at random (the machine's load, memory layout, frequency). One
+ * run per side cannot see it and reports changes; five runs per side,
+ * merged, measure it between runs and do not.
+ */
+static void test_run_to_run(void **state)
+{
+        (void)state;
+        rng_state = 0x5851f42d4c957f2dULL;
+        struct program quick = mixed;
+        for (int k = 0; k < K; k++)
+                quick.run[k] = 1;
+        int pairs = 300, single = 0, merged = 0;
+        struct setup one = {5000, 1, 0.2}, five = {1000, 5, 0.2};
+        for (int i = 0; i < pairs; i++) {
+                int a, z;
+                bool row0;
+                compare_setup(&quick, &quick, &one, &a, &z, &row0);
+                single += a > 0;
+                compare_setup(&quick, &quick, &five, &a, &z, &row0);
+                merged += a > 0;
+        }
+        printf("false alarms, runs differing by up to 20%%, 300 pairs of 5000 samples: "
+               "%.1f%% with one run per side, %.1f%% with five runs of 1000 merged\n",
+               100.0 * single / pairs, 100.0 * merged / pairs);
+        assert_true(single > pairs / 5);
+        assert_true(merged <= pairs * 3 / 100);
+        /* What replicates cost: the first leaf twice as long, found how often? */
+        struct program slow = quick;
+        slow.share[0] *= 2;
+        double sum = 0;
+        for (int k = 0; k < K; k++)
+                sum += slow.share[k];
+        for (int k = 0; k < K; k++)
+                slow.share[k] /= sum;
+        int found = 0;
+        for (int i = 0; i < 100; i++) {
+                int a, z;
+                bool row0;
+                compare_setup(&quick, &slow, &five, &a, &z, &row0);
+                found += row0;
+        }
+        printf("power, 25%% -> 40%%, five runs of 1000 samples per side, runs differing by up "
+               "to 20%%: %d%%\n",
+               found);
+        assert_true(found >= 80);
+}
+
+/*
  * Power: the first leaf takes twice as long. With short calls everywhere
  * the samples are nearly independent and 1000 of them suffice; when other
  * functions run in long calls, fewer of the samples are independent and the
@@ -343,9 +436,13 @@ static void test_power(void **state)
 int main(void)
 {
         const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_t_tail),           cmocka_unit_test(test_holm),
-            cmocka_unit_test(test_blocks_for),       cmocka_unit_test(test_compare),
-            cmocka_unit_test(test_false_alarm_rate), cmocka_unit_test(test_power),
+            cmocka_unit_test(test_t_tail),
+            cmocka_unit_test(test_holm),
+            cmocka_unit_test(test_blocks_for),
+            cmocka_unit_test(test_compare),
+            cmocka_unit_test(test_false_alarm_rate),
+            cmocka_unit_test(test_run_to_run),
+            cmocka_unit_test(test_power),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
