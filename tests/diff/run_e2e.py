@@ -21,9 +21,13 @@ recordings made with pyflame-record of /usr/bin/python3.
 Recordings run one at a time (--jobs 2 runs a pair's two at once): on a
 two-CPU machine two workloads, two recorders and anything else running
 starve each other, a starved thread is sampled in the same stack over and
-over, and such bursts, real as they are, blur the comparison.
+over, and such bursts, real as they are, blur the comparison. They are made
+with --blocking by default (--mode nonblocking to compare): in our runs the
+share of the loop between calls (main) varied more from run to run with
+nonblocking reads, 3-15% against 4-6%.
 
 Usage: run_e2e.py --record PATH --diff PATH --report PATH [--pairs 20] [--jobs 1]
+                  [--mode blocking|nonblocking]
 Exits 77 (skipped) when the recorder cannot record here.
 """
 import argparse
