@@ -1593,7 +1593,7 @@ static int dict_find(struct pywalk *w, const struct dict_view *v, const char *wa
         return rc;
 }
 
-/* The value of the int at addr when it is a non-negative number below 2^64 (a thread ident). */
+/* The value of the int at addr (a thread ident): 3.x a number in [0, 2^64), 2.x a C long. */
 static int read_ident(struct pywalk *w, uint64_t addr, uint64_t *out)
 {
         const struct pylayout *L = &w->L;
@@ -1611,10 +1611,8 @@ static int read_ident(struct pywalk *w, uint64_t addr, uint64_t *out)
         if (rc == NO_NAME)
                 return rc;
         if (L->ints == PYL_INT_PY2 && (flags & TPFLAGS_INT)) {
-                int64_t v = (int64_t)rd64(h + L->int_value);
-                if (v < 0)
-                        return NO_NAME;
-                *out = (uint64_t)v;
+                /* 2.x made the ident a C long: the same bits as the thread state's. */
+                *out = rd64(h + L->int_value);
                 return 0;
         }
         if (!(flags & TPFLAGS_LONG))

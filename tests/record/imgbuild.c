@@ -339,6 +339,10 @@ void pyimg_init(struct pyimg *p, const struct pylayout *L, uint32_t version_hex)
         p->bytes_type = py2 ? p->str_type : new_type(p, 1ul << 27);
         p->unicode2_type = new_type(p, 1ul << 28);
         p->none_obj = new_object(p, 64, new_type(p, 0));
+        p->dict_type = new_type(p, 1ul << 29);
+        p->int_type = new_type(p, py2 ? 1ul << 23 : 1ul << 24);
+        p->long_type = py2 ? new_type(p, 1ul << 24) : p->int_type;
+        p->module_type = new_type(p, 0);
         size_t rt_size = 4096;
         if (L->rt_interp_head >= 0) {
                 p->runtime = img_alloc(p->img, rt_size);
@@ -783,4 +787,236 @@ void pyimg_thread_state(struct pyimg *p, int t, int state)
 {
         if (p->L.ts_state >= 0)
                 img_u32(p->img, p->th[t].tstate + (uint64_t)p->L.ts_state, (uint32_t)state);
+}
+
+/* ---- dicts, ints, modules, classes and instances ------------------------------------ */
+
+#define CLASS_SIZE 1024
+
+static size_t dict_size(const struct pylayout *L)
+{
+        int32_t m = L->dict_keys > L->dict_values ? L->dict_keys : L->dict_values;
+        return L->dicts == PYL_DICT_PY2 ? 248 + 16 : (size_t)m + 8;
+}
+
+/* Slots of a table for n entries: a power of two, at most 2/3 full. */
+static size_t table_slots(size_t n)
+{
+        size_t size = 8;
+        while (size * 2 / 3 < n)
+                size *= 2;
+        return size;
+}
+
+/*
+ * A 3.x keys object holding keys[0, n) with values[0, n) (NULL: a split
+ * table's keys). `general`: 24-byte entries with hashes, else 16-byte ones
+ * (3.11+ str-only or split keys, kind in `kind`).
+ */
+static uint64_t keys_object(struct pyimg *p, const uint64_t *keys, const uint64_t *values, size_t n,
+                            bool general, uint8_t kind)
+{
+        const struct pylayout *L = &p->L;
+        size_t size = table_slots(n), log2 = 0;
+        while ((1u << log2) < size)
+                log2++;
+        size_t width = size <= 0x80 ? 1 : size <= 0x8000 ? 2 : 4;
+        size_t esize = general ? 24 : 16;
+        uint64_t k = img_alloc(p->img, (size_t)L->dk_indices + size * width + n * esize + 8);
+        img_u64(p->img, k, 1); /* dk_refcnt */
+        if (L->dicts == PYL_DICT_36) {
+                img_u64(p->img, k + (uint64_t)L->dk_size, size);
+        } else {
+                size_t log2_index = log2 + (width == 1 ? 0 : width == 2 ? 1 : 2);
+                img_u8(p->img, k + (uint64_t)L->dk_size, (uint8_t)log2);
+                img_u8(p->img, k + (uint64_t)L->dk_log2_index_bytes, (uint8_t)log2_index);
+                img_u8(p->img, k + (uint64_t)L->dk_kind, kind);
+        }
+        img_u64(p->img, k + (uint64_t)L->dk_nentries, n);
+        /* Indices: entry i at slot (5i + 1) mod size, the rest empty (-1). */
+        uint64_t idx = k + (uint64_t)L->dk_indices;
+        memset(img_at(p->img, idx, size * width), 0xff, size * width);
+        for (size_t i = 0; i < n; i++) {
+                int64_t v = (int64_t)i;
+                memcpy(img_at(p->img, idx + ((5 * i + 1) % size) * width, width), &v, width);
+        }
+        uint64_t e = idx + size * width;
+        for (size_t i = 0; i < n; i++, e += esize) {
+                uint64_t at = e + (general ? 8 : 0);
+                if (general)
+                        img_u64(p->img, e, 0x9e3779b97f4a7c15ull * (i + 1)); /* a hash */
+                img_u64(p->img, at, keys[i]);
+                img_u64(p->img, at + 8, values ? values[i] : 0);
+        }
+        return k;
+}
+
+uint64_t pyimg_dict(struct pyimg *p, const uint64_t *keys, const uint64_t *values, size_t n,
+                    bool str_keys)
+{
+        const struct pylayout *L = &p->L;
+        uint64_t d = new_object(p, dict_size(L), p->dict_type);
+        if (L->dicts == PYL_DICT_PY2) {
+                /* One more slot than needed holds a deleted entry: a dummy key, no value. */
+                size_t slots = table_slots(n + 1);
+                uint64_t table = slots == 8 ? d + 56 : img_alloc(p->img, slots * 24);
+                uint64_t dummy = pyimg_str(p, "<dummy key>", PYIMG_STR_AUTO);
+                for (size_t i = 0; i <= n; i++) {
+                        uint64_t e = table + ((7 * i + 3) % slots) * 24;
+                        img_u64(p->img, e, 0x9e3779b97f4a7c15ull * (i + 1));
+                        img_u64(p->img, e + 8, i < n ? keys[i] : dummy);
+                        img_u64(p->img, e + 16, i < n ? values[i] : 0);
+                }
+                img_u64(p->img, d + (uint64_t)L->dict_mask, slots - 1);
+                img_u64(p->img, d + (uint64_t)L->dict_keys, table);
+        } else {
+                bool general = L->dicts == PYL_DICT_36 || !str_keys;
+                img_u64(p->img, d + (uint64_t)L->dict_keys,
+                        keys_object(p, keys, values, n, general, general ? 0 : 1));
+        }
+        pyimg_sync(p);
+        return d;
+}
+
+uint64_t pyimg_int(struct pyimg *p, uint64_t v)
+{
+        const struct pylayout *L = &p->L;
+        if (L->ints == PYL_INT_PY2) {
+                uint64_t o = new_object(p, (size_t)L->int_value + 8, p->int_type);
+                img_u64(p->img, o + (uint64_t)L->int_value, v);
+                return o;
+        }
+        uint32_t d[3];
+        size_t n = 0;
+        for (uint64_t x = v; x; x >>= 30)
+                d[n++] = (uint32_t)(x & ((1u << 30) - 1));
+        uint64_t o = new_object(p, (size_t)L->int_digits + 4 * (n ? n : 1), p->int_type);
+        if (L->ints == PYL_INT_TAG)
+                img_u64(p->img, o + (uint64_t)L->int_value, n ? (uint64_t)n << 3 : 1);
+        else
+                img_u64(p->img, o + (uint64_t)L->ob_size, n);
+        for (size_t i = 0; i < n; i++)
+                img_u32(p->img, o + (uint64_t)L->int_digits + 4 * i, d[i]);
+        return o;
+}
+
+uint64_t pyimg_module(struct pyimg *p, uint64_t dict)
+{
+        uint64_t m = new_object(p, (size_t)p->L.md_dict + 64, p->module_type);
+        img_u64(p->img, m + (uint64_t)p->L.md_dict, dict);
+        return m;
+}
+
+void pyimg_set_modules(struct pyimg *p, uint64_t interp, uint64_t dict)
+{
+        img_u64(p->img, interp + (uint64_t)p->L.is_modules, dict);
+}
+
+uint64_t pyimg_class(struct pyimg *p, const uint64_t *attrs, size_t n)
+{
+        const struct pylayout *L = &p->L;
+        uint64_t flags = 0;
+        if (L->attrs != PYL_ATTRS_DICTOFFSET)
+                flags |= 1ul << 4; /* MANAGED_DICT */
+        if (L->attrs == PYL_ATTRS_INLINE_313)
+                flags |= 1ul << 2; /* INLINE_VALUES */
+        uint64_t cls = img_alloc(p->img, CLASS_SIZE);
+        img_u64(p->img, cls + (uint64_t)L->tp_flags, flags);
+        uint64_t head = (uint64_t)L->ob_type + 8; /* sizeof(PyObject) */
+        if (L->attrs == PYL_ATTRS_DICTOFFSET) {
+                img_u64(p->img, cls + (uint64_t)L->tp_basicsize, head + 16);
+                img_u64(p->img, cls + (uint64_t)L->tp_dictoffset, head);
+        } else {
+                img_u64(p->img, cls + (uint64_t)L->tp_basicsize, head);
+                img_u64(p->img, cls + (uint64_t)L->tp_dictoffset, (uint64_t)-1);
+        }
+        uint64_t keys = 0;
+        if (L->dicts != PYL_DICT_PY2)
+                keys = keys_object(p, attrs, NULL, n, L->dicts == PYL_DICT_36, 2);
+        if (L->ht_cached_keys >= 0)
+                img_u64(p->img, cls + (uint64_t)L->ht_cached_keys, keys);
+        if (n > PYIMG_MAX_ATTRS || p->n_classes == PYIMG_MAX_CLASSES)
+                die("too many classes or attributes");
+        struct pyimg_class *c = &p->classes[p->n_classes++];
+        c->cls = cls;
+        c->keys = keys;
+        memcpy(c->attrs, attrs, n * sizeof(*attrs));
+        c->n = n;
+        pyimg_sync(p);
+        return cls;
+}
+
+/* A values array of n (3.13+: a PyDictValues with `valid`) at `at`, or a new one. */
+static uint64_t values_array(struct pyimg *p, uint64_t at, const uint64_t *vals, size_t n,
+                             bool valid)
+{
+        const struct pylayout *L = &p->L;
+        if (!at)
+                at = img_alloc(p->img, (size_t)L->values_values + 8 * n + 8);
+        if (L->values_valid >= 0) {
+                img_u8(p->img, at, (uint8_t)n); /* capacity */
+                img_u8(p->img, at + (uint64_t)L->values_valid, valid);
+        }
+        for (size_t i = 0; i < n; i++)
+                img_u64(p->img, at + (uint64_t)L->values_values + 8 * i, vals[i]);
+        return at;
+}
+
+uint64_t pyimg_instance(struct pyimg *p, uint64_t cls, const uint64_t *vals, enum pyimg_attrs how)
+{
+        const struct pylayout *L = &p->L;
+        const struct pyimg_class *c = p->classes;
+        while (c < p->classes + p->n_classes && c->cls != cls)
+                c++;
+        if (c == p->classes + p->n_classes)
+                die("unknown class");
+        size_t n = c->n, head = (size_t)L->ob_type + 8;
+        bool inline_values = L->attrs == PYL_ATTRS_INLINE_313;
+        if (how != PYIMG_ATTRS_DICT && L->dicts == PYL_DICT_PY2)
+                die("2.x instances have a dict of their own");
+        if ((how == PYIMG_ATTRS_VALUES && L->attrs == PYL_ATTRS_DICTOFFSET) ||
+            (how == PYIMG_ATTRS_STALE && !inline_values))
+                die("no such attribute storage in this version");
+        /* 32 bytes before the object: GC head, managed dict and weakref or values words. */
+        size_t body = head + 16 + (inline_values ? (size_t)L->values_values + 8 * n + 8 : 0);
+        uint64_t obj = img_alloc(p->img, 32 + body) + 32;
+        img_u64(p->img, obj + (uint64_t)L->ob_type, cls);
+        uint64_t dict = 0, values = 0;
+        if (how == PYIMG_ATTRS_DICT) {
+                uint64_t keys[PYIMG_MAX_ATTRS], set[PYIMG_MAX_ATTRS];
+                size_t k = 0;
+                for (size_t i = 0; i < n; i++) {
+                        if (!vals[i])
+                                continue;
+                        keys[k] = c->attrs[i];
+                        set[k++] = vals[i];
+                }
+                dict = pyimg_dict(p, keys, set, k, true);
+        } else {
+                values = values_array(p, inline_values ? obj + head : 0, vals, n,
+                                      how != PYIMG_ATTRS_STALE);
+        }
+        if (how == PYIMG_ATTRS_SPLIT) {
+                dict = new_object(p, dict_size(L), p->dict_type);
+                img_u64(p->img, dict + (uint64_t)L->dict_keys, c->keys);
+                img_u64(p->img, dict + (uint64_t)L->dict_values, values);
+                values = 0;
+        }
+        switch (L->attrs) {
+        case PYL_ATTRS_DICTOFFSET:
+                img_u64(p->img, obj + head, dict);
+                break;
+        case PYL_ATTRS_MANAGED_311:
+                img_u64(p->img, obj - (uint64_t)L->pre_dict, dict);
+                img_u64(p->img, obj - (uint64_t)L->pre_values, values);
+                break;
+        case PYL_ATTRS_TAGGED_312:
+                img_u64(p->img, obj - (uint64_t)L->pre_dict, dict ? dict : values - 1);
+                break;
+        case PYL_ATTRS_INLINE_313:
+                img_u64(p->img, obj - (uint64_t)L->pre_dict, dict);
+                break;
+        }
+        pyimg_sync(p);
+        return obj;
 }

@@ -71,6 +71,15 @@ enum pyimg_frame_kind {
 };
 
 #define PYIMG_MAX_THREADS 16
+#define PYIMG_MAX_CLASSES 8
+#define PYIMG_MAX_ATTRS   32
+
+/* A class made by pyimg_class(): its attribute names (str objects) and shared keys. */
+struct pyimg_class {
+        uint64_t cls, keys;
+        uint64_t attrs[PYIMG_MAX_ATTRS];
+        size_t n;
+};
 
 struct pyimg_thread {
         uint64_t tstate, pthread;
@@ -86,11 +95,14 @@ struct pyimg {
         size_t chunk_bytes; /* size of new data-stack chunks (default 16 KiB) */
         uint64_t runtime, interp_head_var, tstate_current_var;
         uint64_t code_type, str_type, bytes_type, unicode2_type, none_obj;
+        uint64_t dict_type, int_type, long_type, module_type;
         uint64_t trampoline_code; /* 3.12: code of entry frames */
         uint64_t interps[4];
         size_t n_interps;
         struct pyimg_thread th[PYIMG_MAX_THREADS];
         size_t n_th;
+        struct pyimg_class classes[PYIMG_MAX_CLASSES];
+        size_t n_classes;
         int32_t tid_off; /* of the TID in the fake struct pthread (<=3.10) */
         struct pyfind_target target;
         struct memsrc mem;
@@ -142,6 +154,35 @@ void pyimg_set_top(struct pyimg *p, int t, uint64_t frame);
 void pyimg_gil(struct pyimg *p, uint64_t interp, uint64_t holder_tstate, int enabled);
 /* 3.13+ tstate->state (DETACHED 0, ATTACHED 1). */
 void pyimg_thread_state(struct pyimg *p, int t, int state);
+
+/* ---- objects on the way to thread names ---- */
+
+/*
+ * A dict of n (key, value) pairs laid out as the version does: 2.x a hash
+ * table (with a deleted entry), 3.6+ compact keys (index width from the
+ * size), 3.11+ str-only keys tables when every key is a str (`str_keys`).
+ */
+uint64_t pyimg_dict(struct pyimg *p, const uint64_t *keys, const uint64_t *values, size_t n,
+                    bool str_keys);
+/* An int (2.x: a PyIntObject) of value v. */
+uint64_t pyimg_int(struct pyimg *p, uint64_t v);
+/* A module whose globals are `dict`; make `dict` interp's modules dict (sys.modules). */
+uint64_t pyimg_module(struct pyimg *p, uint64_t dict);
+void pyimg_set_modules(struct pyimg *p, uint64_t interp, uint64_t dict);
+
+/* How an instance keeps its attributes. */
+enum pyimg_attrs {
+        PYIMG_ATTRS_DICT = 1, /* a dict of its own */
+        PYIMG_ATTRS_SPLIT, /* 3.x: a dict over the class's shared keys (3.13+: its values inline) */
+        PYIMG_ATTRS_VALUES, /* 3.11+: no dict, a values array (3.11 before the object, 3.12
+                               tagged, 3.13+ inline) */
+        PYIMG_ATTRS_STALE,  /* 3.13+: inline values marked invalid, no dict */
+};
+
+/* A class whose instances share the keys attrs[0, n) (str objects), in that order. */
+uint64_t pyimg_class(struct pyimg *p, const uint64_t *attrs, size_t n);
+/* An instance of cls whose attribute i (of the class's keys) is vals[i] (0: unset). */
+uint64_t pyimg_instance(struct pyimg *p, uint64_t cls, const uint64_t *vals, enum pyimg_attrs how);
 
 /* Fake pid of image targets (the main thread's TID). */
 #define PYIMG_PID 4242

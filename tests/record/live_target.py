@@ -4,10 +4,13 @@
 # Builds a known stack in the main thread - <module> -> run -> Starter.__init__
 # (called often enough for 3.13's __init__ shim to appear) -> drive -> a
 # coroutine (3.5+, from live_target_async.py) -> a generator ->
-# Widget.method -> spin - and a second thread sleeping in worker(). Before
-# spinning forever on one line it prints what CPython itself reports about
-# these frames (names, qualnames, files, f_lineno, thread ids), then READY.
+# Widget.method -> spin - and a second thread, "worker-A", sleeping in
+# worker(). Before spinning forever on one line it prints what CPython itself
+# reports about these frames (names, qualnames, files, f_lineno, thread ids),
+# then READY. SIGUSR1 starts one more thread, "worker-B", which prints
+# "TID worker-B <tid>".
 import os
+import signal
 import sys
 import threading
 import time
@@ -32,6 +35,19 @@ def worker():
     worker_up.set()
     while True:
         time.sleep(0.05)
+
+
+def worker_b():
+    sys.stdout.write("TID worker-B %d\n" % gettid())
+    sys.stdout.flush()
+    while True:
+        time.sleep(0.05)
+
+
+def start_worker_b(signum, frame):
+    b = threading.Thread(target=worker_b, name="worker-B")
+    b.daemon = True
+    b.start()
 
 
 def is_shim(code):
@@ -92,7 +108,8 @@ def run():
         Starter(i == 299)
 
 
-t = threading.Thread(target=worker)
+signal.signal(signal.SIGUSR1, start_worker_b)
+t = threading.Thread(target=worker, name="worker-A")
 t.daemon = True
 t.start()
 worker_up.wait()

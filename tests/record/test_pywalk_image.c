@@ -893,6 +893,392 @@ static void check_fuzz(void **state)
                       v->name, failed_samples, n.threads, n.torn, n.frames);
 }
 
+/* ---- thread names ---- */
+
+struct got_names {
+        int n;
+        int64_t interp[16];
+        uint64_t id[16];
+        char name[16][64];
+};
+
+static void collect_name(void *ctx, int64_t interp, uint64_t id, const char *name)
+{
+        struct got_names *g = ctx;
+        assert_true(strlen(name) <= 4 * 4096);
+        if (g->n == 16)
+                return;
+        g->interp[g->n] = interp;
+        g->id[g->n] = id;
+        snprintf(g->name[g->n++], sizeof(g->name[0]), "%s", name);
+}
+
+static int names(struct pywalk *w, struct got_names *g)
+{
+        memset(g, 0, sizeof(*g));
+        return pywalk_thread_names(w, collect_name, g);
+}
+
+/* The name reported for thread id `id` in interpreter `interp`, or NULL. */
+static const char *name_of(const struct got_names *g, int64_t interp, uint64_t id)
+{
+        for (int i = 0; i < g->n; i++)
+                if (g->id[i] == id && g->interp[i] == interp)
+                        return g->name[i];
+        return NULL;
+}
+
+/* What a test thread looks like to threading. */
+struct named {
+        uint64_t id;
+        const char *name; /* NULL: no _name attribute */
+        enum pyimg_attrs how;
+        bool subclass;     /* a Thread subclass that sets an attribute before Thread.__init__ */
+        bool str_key;      /* its _active key is a str, not an int */
+        uint64_t name_obj; /* instead of a str made from `name` */
+        uint64_t key_obj;  /* instead of an int made from `id` */
+        uint64_t thread;   /* out: the Thread object */
+};
+
+#define NAMED(i, n, h)                                                                             \
+        {                                                                                          \
+                .id = (i), .name = (n), .how = (h)                                                 \
+        }
+
+static uint64_t str(struct pyimg *p, const char *s)
+{
+        return pyimg_str(p, s, PYIMG_STR_AUTO);
+}
+
+/* `n` other entries named prefix0, prefix1, ... with value `value`, and the pair (key, val) at
+ * `at`. */
+static uint64_t padded_dict(struct pyimg *p, const char *prefix, size_t n, uint64_t value,
+                            const char *key, uint64_t val, size_t at)
+{
+        uint64_t *keys = calloc(n + 1, 8), *vals = calloc(n + 1, 8);
+        for (size_t i = 0, k = 0; i <= n; i++) {
+                char buf[32];
+                if (i == at) {
+                        keys[i] = str(p, key);
+                        vals[i] = val;
+                        continue;
+                }
+                snprintf(buf, sizeof(buf), "%s%zu", prefix, k++);
+                keys[i] = str(p, buf);
+                vals[i] = value;
+        }
+        uint64_t d = pyimg_dict(p, keys, vals, n + 1, true);
+        free(keys);
+        free(vals);
+        return d;
+}
+
+/*
+ * Give interp a sys.modules of `pad` + 1 modules, one of them threading,
+ * whose _active maps each thread's id to a Thread object named as `t` says.
+ */
+static void add_threading(struct pyimg *p, uint64_t interp, struct named *t, size_t n, size_t pad)
+{
+        bool py2 = p->L.major == 2;
+        const char *attr_names[] = {
+            py2 ? "_Thread__target" : "_target",     py2 ? "_Thread__name" : "_name",
+            py2 ? "_Thread__args" : "_args",         py2 ? "_Thread__kwargs" : "_kwargs",
+            py2 ? "_Thread__daemonic" : "_daemonic", py2 ? "_Thread__ident" : "_ident"};
+        uint64_t attrs[7];
+        attrs[0] = str(p, "custom");
+        for (size_t i = 0; i < 6; i++)
+                attrs[i + 1] = str(p, attr_names[i]);
+        uint64_t thread_cls = pyimg_class(p, attrs + 1, 6);
+        uint64_t sub_cls = pyimg_class(p, attrs, 7); /* sets "custom" first: _name moves */
+        uint64_t keys[16], objs[16];
+        for (size_t i = 0; i < n; i++) {
+                uint64_t vals[7] = {0};
+                uint64_t *v = t[i].subclass ? vals + 1 : vals;
+                v[0] = p->none_obj;
+                if (t[i].name)
+                        v[1] =
+                            t[i].name_obj ? t[i].name_obj : pyimg_str(p, t[i].name, PYIMG_STR_AUTO);
+                v[2] = p->none_obj;
+                v[5] = pyimg_int(p, t[i].id);
+                if (t[i].subclass)
+                        vals[0] = p->none_obj;
+                objs[i] = pyimg_instance(p, t[i].subclass ? sub_cls : thread_cls, vals, t[i].how);
+                t[i].thread = objs[i];
+                keys[i] = t[i].key_obj   ? t[i].key_obj
+                          : t[i].str_key ? str(p, "not-an-int")
+                                         : pyimg_int(p, t[i].id);
+        }
+        uint64_t active = pyimg_dict(p, keys, objs, n, false);
+        uint64_t globals = padded_dict(p, "name", 40, p->none_obj, "_active", active, 23);
+        uint64_t threading = pyimg_module(p, globals);
+        uint64_t other = pyimg_module(p, pyimg_dict(p, NULL, NULL, 0, true));
+        pyimg_set_modules(p, interp,
+                          padded_dict(p, "mod", pad, other, "threading", threading, pad / 2));
+        pyimg_sync(p);
+}
+
+/* Set the thread id threading knows thread t by (a pthread_t, 2 or 3 digits as an int). */
+static void set_thread_id(struct pyimg *p, int t, uint64_t id)
+{
+        img_u64(p->img, p->th[t].tstate + (uint64_t)p->L.ts_thread_id, id);
+}
+
+static bool has_values(const struct ver *v)
+{
+        return v->major == 3 && v->minor >= 11;
+}
+
+static void check_names(void **state)
+{
+        const struct ver *v = *state;
+        struct pyimg p;
+        make_image(v, &p);
+        bool py2 = v->major == 2, values = has_values(v), inline13 = v->minor >= 13 && !py2;
+        bool shared_keys = p.L.ht_cached_keys >= 0; /* 3.15: unknown, values give no name */
+        enum pyimg_attrs split = py2 ? PYIMG_ATTRS_DICT : PYIMG_ATTRS_SPLIT;
+        enum pyimg_attrs vals = values ? PYIMG_ATTRS_VALUES : split;
+        struct named t[] = {
+            NAMED(0x7f3eba9ceb80ull, "MainThread", PYIMG_ATTRS_DICT),
+            NAMED(0x7f3eb9c6e6c0ull, "worker-A", vals),
+            NAMED(0x7f3eb946d6c0ull, py2 ? "w\xc3\xb6rker" : "wörker-β", split),
+            NAMED(0xf0000000000abcdeull, "worker-64bit", vals),
+            {.id = 0x7f3eb8c6c6c0ull, .name = "sub-1", .how = vals, .subclass = true},
+            {.id = 0x7f3eabfff6c0ull, .name = "sub-2", .how = vals, .subclass = true},
+            NAMED(0x7f3eab7fe6c0ull, NULL, vals), /* no _name yet */
+            {.id = 0x7f3eaaffd6c0ull, .name = "str-key", .how = split, .str_key = true},
+            NAMED(0x7f3eaa7fc6c0ull, "stale", inline13 ? PYIMG_ATTRS_STALE : split),
+        };
+        size_t n = sizeof(t) / sizeof(t[0]);
+        int th[16];
+        for (size_t i = 0; i < n; i++) {
+                th[i] = pyimg_add_thread(&p, p.interps[0], 2000 + (int64_t)i);
+                set_thread_id(&p, th[i], t[i].id);
+        }
+        struct pywalk *w = open_walk(&p);
+        struct got_names g;
+        /* No modules dict yet (an interpreter still starting), then no threading module. */
+        assert_int_equal(names(w, &g), 0);
+        pyimg_set_modules(&p, p.interps[0],
+                          padded_dict(&p, "mod", 20, p.none_obj, "os", p.none_obj, 3));
+        assert_int_equal(names(w, &g), 0);
+
+        /* 300 modules: 3.x indices 2 bytes wide (512 slots), 2.x 512 table slots. */
+        add_threading(&p, p.interps[0], t, n, 300);
+        uint64_t r0 = pywalk_reads(w);
+        int got = names(w, &g);
+        uint64_t cold = pywalk_reads(w) - r0;
+        r0 = pywalk_reads(w);
+        assert_int_equal(names(w, &g), got);
+        uint64_t warm = pywalk_reads(w) - r0;
+        print_message("%-6s names: %d of %zu threads, %llu reads, then %llu\n", v->name, got, n,
+                      (unsigned long long)cold, (unsigned long long)warm);
+        for (size_t i = 0; i < n; i++) {
+                bool want = t[i].name && !t[i].str_key &&
+                            !(t[i].how == PYIMG_ATTRS_VALUES && !shared_keys) &&
+                            t[i].how != PYIMG_ATTRS_STALE;
+                const char *name = name_of(&g, 0, t[i].id);
+                if (want && (!name || strcmp(name, t[i].name) != 0))
+                        print_message("thread %zu: got %s, want %s\n", i, name ? name : "none",
+                                      t[i].name);
+                assert_true(want ? name && strcmp(name, t[i].name) == 0 : name == NULL);
+        }
+        assert_true(warm < cold);
+        /* The ids are the thread states' own: what samples report. */
+        struct got s;
+        sample(w, &s);
+        assert_int_equal(s.n, 8); /* collect() keeps 8 */
+        for (int i = 0; i < s.n; i++)
+                assert_true(s.t[i].thread_id == t[n - 1 - (size_t)i].id);
+
+        /* A second interpreter with a threading of its own: names carry its id. */
+        uint64_t sub = pyimg_add_interp(&p, 7);
+        int ts = pyimg_add_thread(&p, sub, 3000);
+        struct named st = NAMED(0x7f3e00000700ull, "sub-interp", PYIMG_ATTRS_DICT);
+        set_thread_id(&p, ts, st.id);
+        add_threading(&p, sub, &st, 1, 5);
+        assert_int_equal(names(w, &g), got + 1);
+        assert_string_equal(name_of(&g, p.L.is_id >= 0 ? 7 : 1, st.id), "sub-interp");
+        assert_null(name_of(&g, 0, st.id));
+
+        /* threading moved in sys.modules (its remembered index now holds another module). */
+        add_threading(&p, p.interps[0], t, n, 120);
+        assert_int_equal(names(w, &g), got + 1);
+        assert_non_null(name_of(&g, 0, t[0].id));
+        assert_string_equal(name_of(&g, 0, t[0].id), "MainThread");
+        pywalk_close(w);
+        pyimg_free(&p);
+}
+
+/* Reading names never touches the samples' prefetch: a warm sample stays one read. */
+static void check_names_budget(void **state)
+{
+        const struct ver *v = *state;
+        struct pyimg p;
+        make_image(v, &p);
+        uint64_t code = mkcode(&p, "f", "f", "/app/f.py", 1, 20, 0);
+        int t = pyimg_add_thread(&p, p.interps[0], -1);
+        for (int i = 0; i < 10; i++)
+                pyimg_push(&p, t, PYIMG_FRAME, code, i);
+        struct named nt = NAMED(p.th[t].pthread, "only", PYIMG_ATTRS_DICT);
+        add_threading(&p, p.interps[0], &nt, 1, 30);
+        struct pywalk *w = open_walk(&p);
+        struct got g;
+        struct got_names gn;
+        sample(w, &g);
+        sample(w, &g);
+        uint64_t r0 = pywalk_reads(w);
+        sample(w, &g);
+        uint64_t warm = pywalk_reads(w) - r0;
+        assert_int_equal(names(w, &gn), 1);
+        assert_string_equal(gn.name[0], "only");
+        r0 = pywalk_reads(w);
+        sample(w, &g);
+        assert_int_equal(pywalk_reads(w) - r0, warm);
+        assert_int_equal(g.t[0].depth, 10);
+        assert_true(warm <= 1);
+        pywalk_close(w);
+        pyimg_free(&p);
+}
+
+/* Damaged dicts, ints, strings and classes: fewer names, never a crash or a wrong one. */
+static void check_names_torn(void **state)
+{
+        const struct ver *v = *state;
+        struct pyimg p;
+        make_image(v, &p);
+        const struct pylayout *L = &p.L;
+        struct named t[] = {
+            NAMED(0x7f0000001000ull, "one", PYIMG_ATTRS_DICT),
+            NAMED(0x7f0000002000ull, "two", PYIMG_ATTRS_DICT),
+        };
+        for (int i = 0; i < 2; i++)
+                set_thread_id(&p, pyimg_add_thread(&p, p.interps[0], 10 + i), t[i].id);
+        add_threading(&p, p.interps[0], t, 2, 10);
+        struct pywalk *w = open_walk(&p);
+        struct got_names g;
+        assert_int_equal(names(w, &g), 2);
+        uint64_t modules = img_get_u64(p.img, p.interps[0] + (uint64_t)L->is_modules);
+        uint64_t keys = img_get_u64(p.img, modules + (uint64_t)L->dict_keys);
+        uint64_t type = img_get_u64(p.img, modules + (uint64_t)L->ob_type);
+        /* sys.modules claims a huge table. */
+        if (L->dicts == PYL_DICT_PY2) {
+                uint64_t saved = img_get_u64(p.img, modules + (uint64_t)L->dict_mask);
+                img_u64(p.img, modules + (uint64_t)L->dict_mask, (1ull << 40) - 1);
+                assert_int_equal(names(w, &g), 0);
+                img_u64(p.img, modules + (uint64_t)L->dict_mask, saved);
+        } else {
+                uint64_t saved = img_get_u64(p.img, keys + (uint64_t)L->dk_nentries);
+                img_u64(p.img, keys + (uint64_t)L->dk_nentries, 1ull << 40);
+                assert_int_equal(names(w, &g), 0);
+                img_u64(p.img, keys + (uint64_t)L->dk_nentries, saved);
+        }
+        if (L->dicts == PYL_DICT_311) {
+                /* Index bytes that do not fit the table's size. */
+                uint8_t *b = img_at(p.img, keys + (uint64_t)L->dk_log2_index_bytes, 1);
+                uint8_t keep = *b;
+                *b = 30;
+                assert_int_equal(names(w, &g), 0);
+                *b = keep;
+        }
+        /* sys.modules is not a dict; then the keys object is gone. */
+        img_u64(p.img, modules + (uint64_t)L->ob_type, p.str_type);
+        assert_int_equal(names(w, &g), 0);
+        img_u64(p.img, modules + (uint64_t)L->ob_type, type);
+        assert_int_equal(names(w, &g), 2);
+        img_u64(p.img, modules + (uint64_t)L->dict_keys, 0xdead0000ull);
+        assert_int_equal(names(w, &g), 0);
+        img_u64(p.img, modules + (uint64_t)L->dict_keys, keys);
+
+        /* One thread each: a name of crazy length, a key that is a huge int, a class that is
+         * gone, a name that is not a str; the last one is fine. */
+        uint64_t huge = pyimg_int(&p, 5);
+        if (L->ints == PYL_INT_TAG)
+                img_u64(p.img, huge + (uint64_t)L->int_value, 100ull << 3);
+        else if (L->ints == PYL_INT_SIZE)
+                img_u64(p.img, huge + (uint64_t)L->ob_size, 100);
+        else
+                img_u64(p.img, huge + (uint64_t)L->ob_type, p.str_type);
+        struct named t2[] = {
+            {.id = 0x7f0000001000ull,
+             .name = "x",
+             .how = PYIMG_ATTRS_DICT,
+             .name_obj = pyimg_str(&p, "x", PYIMG_STR_HUGE)},
+            {.id = 0x7f0000002000ull, .name = "x", .how = PYIMG_ATTRS_DICT, .key_obj = huge},
+            NAMED(0x7f0000003000ull, "gone", PYIMG_ATTRS_DICT),
+            {.id = 0x7f0000004000ull,
+             .name = "x",
+             .how = PYIMG_ATTRS_DICT,
+             .name_obj = pyimg_int(&p, 7)},
+            NAMED(0x7f0000005000ull, "fine", PYIMG_ATTRS_DICT),
+        };
+        for (int i = 2; i < 5; i++)
+                set_thread_id(&p, pyimg_add_thread(&p, p.interps[0], 10 + i), t2[i].id);
+        add_threading(&p, p.interps[0], t2, 5, 10);
+        img_u64(p.img, t2[2].thread + (uint64_t)L->ob_type, 0xdead0000ull);
+        assert_int_equal(names(w, &g), 1);
+        assert_string_equal(name_of(&g, 0, t2[4].id), "fine");
+        /* The class's attribute offsets are absurd. */
+        uint64_t cls = img_get_u64(p.img, t2[4].thread + (uint64_t)L->ob_type);
+        if (L->attrs == PYL_ATTRS_DICTOFFSET) {
+                img_u64(p.img, cls + (uint64_t)L->tp_dictoffset, 1ull << 40);
+                assert_int_equal(names(w, &g), 0);
+        }
+        /* The interpreter list loops: each interpreter once. */
+        img_u64(p.img, p.interps[0] + (uint64_t)L->is_next, p.interps[0]);
+        names(w, &g);
+        pywalk_close(w);
+        pyimg_free(&p);
+}
+
+/* Random damage to an image with threading (as check_fuzz): never a crash, only sane names. */
+static void check_names_fuzz(void **state)
+{
+        const struct ver *v = *state;
+        uint64_t seed = 0x9e3779b97f4a7c15ull ^ (uint64_t)v->minor << 8 ^ (uint64_t)v->ft;
+        int named = 0, calls = 0;
+        for (int iter = 0; iter < 40; iter++) {
+                struct pyimg p;
+                make_image(v, &p);
+                bool values = has_values(v) && p.L.ht_cached_keys >= 0;
+                enum pyimg_attrs split = v->major == 2 ? PYIMG_ATTRS_DICT : PYIMG_ATTRS_SPLIT;
+                struct named t[] = {
+                    NAMED(0x7f3eba9ceb80ull, "MainThread", PYIMG_ATTRS_DICT),
+                    NAMED(0x7f3eb9c6e6c0ull, "worker-A", values ? PYIMG_ATTRS_VALUES : split),
+                    {.id = 0x7f3eb8c6c6c0ull, .name = "sub-1", .how = split, .subclass = true},
+                };
+                for (int i = 0; i < 3; i++)
+                        set_thread_id(&p, pyimg_add_thread(&p, p.interps[0], 10 + i), t[i].id);
+                add_threading(&p, p.interps[0], t, 3, 40);
+                struct pywalk *w = open_walk(&p);
+                for (int round = 0; round < 8; round++) {
+                        for (int k = 0; k < 2; k++) {
+                                seed ^= seed << 13;
+                                seed ^= seed >> 7;
+                                seed ^= seed << 17;
+                                struct img_region *r = &p.img->r[seed % p.img->n];
+                                if (!r->len)
+                                        continue;
+                                size_t off = (size_t)(seed >> 20) % r->len;
+                                if ((seed >> 50) % 4 == 0 && off + 8 <= r->len) {
+                                        struct img_region *o = &p.img->r[(seed >> 8) % p.img->n];
+                                        uint64_t ptr = o->addr + (seed >> 30) % (o->len + 1);
+                                        memcpy(r->data + off, &ptr, 8);
+                                } else {
+                                        r->data[off] = (uint8_t)(seed >> 40);
+                                }
+                        }
+                        struct got_names g;
+                        int n = names(w, &g);
+                        assert_true(n >= 0 && n <= 2 * PYWALK_MAX_THREADS);
+                        named += n;
+                        calls++;
+                }
+                pywalk_close(w);
+                pyimg_free(&p);
+        }
+        print_message("%-6s names fuzz: %d damaged images read, %d names\n", v->name, calls, named);
+}
+
 /* ---- opening ---- */
 
 static int try_open(struct pyimg *p, char *err, size_t errlen)
@@ -1028,6 +1414,10 @@ static const struct scenario scenarios[] = {
     {"torn-threads", check_torn_threads, any},
     {"open", check_open, any},
     {"fuzz", check_fuzz, any},
+    {"names", check_names, any},
+    {"names-reads", check_names_budget, any},
+    {"names-torn", check_names_torn, any},
+    {"names-fuzz", check_names_fuzz, any},
 };
 
 #define N_VERSIONS  (sizeof(versions) / sizeof(versions[0]))

@@ -9,7 +9,10 @@
  * interpreter with pyfind, walks it from outside and expects exactly that
  * stack in the main thread, the worker thread asleep in worker(), the right
  * kernel TIDs, the main thread holding the GIL, and a warm sample costing a
- * handful of reads. Interpreters that are not installed are simply absent.
+ * handful of reads. Then the thread names: "MainThread" and "worker-A" on
+ * the threads with those TIDs, and "worker-B", a thread the target starts
+ * (on SIGUSR1) after the walker opened. Interpreters that are not installed
+ * are simply absent.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -133,6 +136,7 @@ struct seen {
         const struct want *want;
         bool qualnames;
         int threads, main_ok, worker_ok, main_gil, worker_gil, torn, unknown_gil;
+        uint64_t main_id, worker_id; /* their thread ids (what threading keys them by) */
         char diff[512];
 };
 
@@ -172,6 +176,10 @@ static int on_thread(void *ctx, const struct pywalk_thread *th)
         }
         if (th->gil & PYWALK_GIL_UNKNOWN)
                 s->unknown_gil++;
+        if (th->native_tid == s->want->main_tid)
+                s->main_id = th->thread_id;
+        else if (th->native_tid == s->want->worker_tid)
+                s->worker_id = th->thread_id;
         if (th->native_tid == s->want->main_tid) {
                 if (main_matches(s, th))
                         s->main_ok++;
@@ -190,6 +198,114 @@ static int on_thread(void *ctx, const struct pywalk_thread *th)
                         s->worker_gil++;
         }
         return 0;
+}
+
+/* ---- thread names ---- */
+
+struct names {
+        int n;
+        uint64_t id[16];
+        char name[16][64];
+};
+
+static void on_name(void *ctx, int64_t interp, uint64_t id, const char *name)
+{
+        struct names *g = ctx;
+        if (g->n < 16 && interp == 0) {
+                g->id[g->n] = id;
+                snprintf(g->name[g->n++], sizeof(g->name[0]), "%s", name);
+        }
+}
+
+static const char *name_of(const struct names *g, uint64_t id)
+{
+        for (int i = 0; i < g->n; i++)
+                if (g->id[i] == id)
+                        return g->name[i];
+        return "(none)";
+}
+
+/* The thread id of the thread whose kernel TID is `tid`, from one sample. */
+struct find_tid {
+        long tid;
+        uint64_t id;
+};
+
+static int on_thread_tid(void *ctx, const struct pywalk_thread *th)
+{
+        struct find_tid *f = ctx;
+        if (th->native_tid == f->tid)
+                f->id = th->thread_id;
+        return 0;
+}
+
+/* The TID the target prints for worker-B after SIGUSR1 (5 s at most). */
+static long read_worker_b(struct child *c)
+{
+        char buf[4096];
+        size_t len = 0;
+        long tid = -1;
+        for (int waited = 0; waited < 5000 && tid < 0;) {
+                struct pollfd p = {.fd = c->out, .events = POLLIN};
+                if (poll(&p, 1, 100) <= 0) {
+                        waited += 100;
+                        continue;
+                }
+                ssize_t n = read(c->out, buf + len, sizeof(buf) - 1 - len);
+                if (n <= 0)
+                        break;
+                len += (size_t)n;
+                buf[len] = 0;
+                char *at = strstr(buf, "TID worker-B ");
+                if (at && strchr(at, '\n'))
+                        tid = strtol(at + 13, NULL, 10);
+        }
+        return tid;
+}
+
+/*
+ * Names of the threads that exist, then of one started after the walker
+ * opened: it must be named within a few refreshes. Returns 0, or -1 with
+ * the reason printed.
+ */
+static int check_names(const struct pyinterp *py, struct child *c, struct pywalk *w,
+                       const struct seen *s)
+{
+        struct names g = {0};
+        uint64_t r0 = pywalk_reads(w);
+        int n = pywalk_thread_names(w, on_name, &g);
+        uint64_t cold = pywalk_reads(w) - r0;
+        g.n = 0;
+        r0 = pywalk_reads(w);
+        n = pywalk_thread_names(w, on_name, &g);
+        uint64_t warm = pywalk_reads(w) - r0;
+        print_message("%-14s names: %d (%s, %s), %llu reads, then %llu\n", py->label, n,
+                      name_of(&g, s->main_id), name_of(&g, s->worker_id), (unsigned long long)cold,
+                      (unsigned long long)warm);
+        if (n != 2 || strcmp(name_of(&g, s->main_id), "MainThread") != 0 ||
+            strcmp(name_of(&g, s->worker_id), "worker-A") != 0)
+                return -1;
+        if (kill(c->pid, SIGUSR1) < 0)
+                return -1;
+        struct find_tid f = {.tid = read_worker_b(c)};
+        if (f.tid <= 0) {
+                print_message("   worker-B did not start\n");
+                return -1;
+        }
+        for (int i = 0; i < 100; i++) {
+                if (!f.id && pywalk_sample(w, on_thread_tid, &f) < 0)
+                        return -1;
+                g.n = 0;
+                if (f.id && pywalk_thread_names(w, on_name, &g) == 3 &&
+                    strcmp(name_of(&g, f.id), "worker-B") == 0) {
+                        print_message("%-14s worker-B named after %d tries\n", py->label, i + 1);
+                        return 0;
+                }
+                sleep_ms(20);
+        }
+        print_message("   worker-B (tid %ld, id %#llx) not named: %s\n", f.tid,
+                      (unsigned long long)f.id, name_of(&g, f.id));
+        return -1;
 }
 
 static void check_interpreter(void **state)
@@ -248,6 +364,7 @@ static void check_interpreter(void **state)
                         max_threads = s.threads - before;
                 sleep_ms(1);
         }
+        int names_rc = rc == 0 ? check_names(py, &c, w, &s) : -1;
         pywalk_close(w);
         kill_target(&c);
         print_message("%-14s %d samples: main ok %d (GIL %d), worker ok %d (GIL %d), torn %d, "
@@ -266,6 +383,7 @@ static void check_interpreter(void **state)
         assert_true(s.main_gil > 0);
         assert_true(s.worker_gil < s.main_gil);
         assert_true(warm_reads <= 4);
+        assert_int_equal(names_rc, 0);
 }
 
 int main(int argc, char **argv)
