@@ -165,7 +165,9 @@ def test_threads(r, label, py, mode):
     workers = {"worker_one", "worker_two", "worker_three"}
     seen = set()
     sleeper_ok = None
-    for t in r.threads(db):
+    misnamed = []
+    threads = r.threads(db)
+    for t in threads:
         sel = str(t["ref"]) if "ref" in t else str(t["tid"])
         busy = r.folded(db, ["--thread", sel])
         everything = r.folded(db, ["--thread", sel, "--idle"])
@@ -174,6 +176,10 @@ def test_threads(r, label, py, mode):
             for f in fr:
                 funcs.add(f[0].split(".")[-1])
         mine = funcs & workers
+        # threads.py names each thread after its function.
+        expect = min(mine) if len(mine) == 1 else "sleeper" if "sleeper" in funcs else None
+        if expect and t.get("name") != expect:
+            misnamed.append((t.get("name"), expect))
         if len(mine) == 1:
             w = mine.pop()
             n_busy = sum(c for _, c in busy)
@@ -193,6 +199,16 @@ def test_threads(r, label, py, mode):
             "seen %s" % sorted(seen))
     if sleeper_ok is None:
         r.check("%s %s threads: sleeping thread found" % (label, mode), False)
+    names = set(t.get("name") for t in threads)
+    r.check("%s %s threads: info lists the thread names" % (label, mode),
+            workers | {"sleeper", "MainThread"} <= names and not misnamed,
+            "names %s, misnamed %s" % (sorted(str(n) for n in names), misnamed))
+    by_name = r.folded(db, ["--thread", "worker_one"])
+    funcs = set(f[0].split(".")[-1] for fr, _ in by_name for f in fr) & (workers | {"sleeper"})
+    n_named = sum(c for _, c in by_name)
+    r.check("%s %s threads: --thread worker_one selects that thread" % (label, mode),
+            n_named >= 50 and funcs == {"worker_one"},
+            "samples %d, functions %s" % (n_named, sorted(funcs)))
 
 
 def adjacent(frames, caller, callee):
@@ -271,6 +287,10 @@ def test_attach(r, label, py, mode):
                     break
         r.check("%s %s attach: all %d signals delivered" % (label, mode, sent), got == sent,
                 "target counted %d" % got)
+        st = proc_status(target.pid)
+        r.check("%s %s attach: no signal left pending" % (label, mode),
+                int(st.get("SigPnd", "0"), 16) == 0 and int(st.get("ShdPnd", "0"), 16) == 0,
+                "SigPnd=%s ShdPnd=%s" % (st.get("SigPnd"), st.get("ShdPnd")))
         stacks = r.folded(db)
         n = sum(c for fr, c in stacks if has_func(fr, "tick"))
         r.check("%s %s attach: samples in tick()" % (label, mode), n >= 50, "n=%d" % n)
