@@ -8,7 +8,8 @@
  * strings (every PEP 393 form, 2.x str and unicode), code objects with line
  * tables in the version's own format, interpreters, thread states with their
  * data-stack chunks or heap frames, entry frames, generator frames, the GIL
- * state, and for 3.13+ a _Py_DebugOffsets written from the layout with this
+ * state, dicts, ints, modules, classes and their instances (for the thread
+ * names), and for 3.13+ a _Py_DebugOffsets written from the layout with this
  * file's own table of its positions (so the walker's loader is checked
  * against an independent transcription of the struct).
  *

@@ -10,6 +10,8 @@
  * spread over several data-stack chunks, thread-local bytecode; the read
  * budget of a warm sample; and torn memory (cycles, bad types, dangling
  * pointers, crazy strings) that must give PYWALK_TORN, never bad frames.
+ * Thread names through a threading module built the version's way (dict
+ * layouts, instance dicts and values arrays), damaged and fuzzed too.
  */
 #include <setjmp.h>
 #include <stdarg.h>
