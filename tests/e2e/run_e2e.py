@@ -363,7 +363,7 @@ def test_container(r, label, py, mode):
         print("skip %s container: unshare not installed" % label)
         return
     db = r.out("container-%s" % label)
-    ns = subprocess.Popen(unshare_cmd(label, py, os.path.join(WORK, "threads.py"), "4"))
+    ns = subprocess.Popen(unshare_cmd(label, py, os.path.join(WORK, "threads.py"), "8"))
     try:
         pid = None
         end = time.time() + 10
