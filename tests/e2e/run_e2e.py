@@ -168,6 +168,8 @@ def test_threads(r, label, py, mode):
     misnamed = []
     threads = r.threads(db)
     for t in threads:
+        if t.get("tid") is None and "ref" not in t:
+            continue  # a thread state caught before its OS thread was known
         sel = str(t["ref"]) if "ref" in t else str(t["tid"])
         busy = r.folded(db, ["--thread", sel])
         everything = r.folded(db, ["--thread", sel, "--idle"])
