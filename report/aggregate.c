@@ -452,8 +452,9 @@ int hot_table_build(const struct trace_reader *r, const struct stack_counts *sc,
                         }
                 }
         }
-        qsort(hb.rows, hb.n, sizeof(*hb.rows),
-              key == HOT_BY_LINE ? hot_row_cmp_line : hot_row_cmp_function);
+        if (hb.n) /* no row, no array: qsort must not see NULL */
+                qsort(hb.rows, hb.n, sizeof(*hb.rows),
+                      key == HOT_BY_LINE ? hot_row_cmp_line : hot_row_cmp_function);
         /*
          * Rows moved: renumber the frame -> row map. A row's `frame` was
          * mapped to the row's old index, which hb.stamp now records anew.
