@@ -531,7 +531,15 @@ static int record_loop(struct recording *r)
         const int64_t period = (int64_t)(1e9 / r->o->rate_hz);
         const int64_t start = pf_now_mono_ns();
         const int64_t cpu_start = self_cpu_ns();
-        int64_t next = start, last_status = 0, last_flush = start, last_follow = 0;
+        /*
+         * Slot k starts at base = start + k * period (an absolute schedule: no
+         * drift); the sample is taken at a random point within a quarter
+         * period either side of it, so that a periodic program is not seen
+         * stroboscopically, always at the same phase of its loop.
+         */
+        int64_t base = start, next = start;
+        int64_t last_status = 0, last_flush = start, last_follow = 0;
+        uint64_t rng = (uint64_t)start | 1;
         char err[512];
         while (!stop_requested || r->child) {
                 if (stop_requested && r->child) {
@@ -559,11 +567,11 @@ static int record_loop(struct recording *r)
                 if (r->o->duration_ns && now - start >= r->o->duration_ns)
                         break;
                 /* Fell behind by whole periods: say so, and keep the schedule. */
-                if (now - next >= period) {
-                        uint64_t missed = (uint64_t)((now - next) / period);
+                if (now - base >= period) {
+                        uint64_t missed = (uint64_t)((now - base) / period);
                         r->late += missed;
                         trace_writer_count_error(r->w, 0, TRACE_ERROR_LATE, missed);
-                        next += (int64_t)missed * period;
+                        base += (int64_t)missed * period;
                 }
                 if (r->o->subprocesses && now - last_follow >= 200000000) {
                         follow_children(r, now);
@@ -584,7 +592,11 @@ static int record_loop(struct recording *r)
                         i++;
                 }
                 r->sampling_ns += pf_now_mono_ns() - pass_start;
-                next += period;
+                base += period;
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                next = base + (int64_t)(rng % (uint64_t)(period / 2 + 1)) - period / 4;
                 reap_child(r);
                 if (r->child_reaped) {
                         for (size_t i = r->n_samplers; i-- > 0;)
