@@ -4,7 +4,8 @@
 #   golang-go   for `go tool pprof`
 #   chromium    headless browser for speedscope and the svg/html flame graphs
 #   node + npm  (Debian's nodejs/npm, unless a node is already installed)
-#   npm ci      playwright-core and speedscope at the versions pinned in
+#   npm ci      playwright-core, speedscope and @paulirish/trace_engine (the
+#               Chrome DevTools Performance panel's trace engine) at the versions pinned in
 #               tests/export/package-lock.json, into tests/export/node_modules
 # Idempotent: skips what is already there. CI calls it before `meson test`.
 set -euo pipefail
@@ -25,7 +26,7 @@ if ((${#missing[@]})); then
 fi
 
 # Exactly the locked versions; no audit or funding calls.
-if ! (cd "$here" && npm ls --depth=0 playwright-core speedscope >/dev/null 2>&1); then
+if ! (cd "$here" && npm ls --depth=0 playwright-core speedscope @paulirish/trace_engine >/dev/null 2>&1); then
   echo "setup-consumers: npm ci in $here"
   (cd "$here" && npm ci --no-audit --no-fund --loglevel=error)
 fi
@@ -33,4 +34,4 @@ fi
 go version
 chromium --version 2>/dev/null || /usr/bin/chromium --version
 node --version
-(cd "$here" && npm ls --depth=0 playwright-core speedscope)
+(cd "$here" && npm ls --depth=0 playwright-core speedscope @paulirish/trace_engine)
