@@ -2,7 +2,7 @@
 """End-to-end tests of pyflame-diff and pyflame-report --slices on real
 recordings made with pyflame-record of /usr/bin/python3.
 
-1. A regression: bench.py recorded twice, the second time with compute()
+1. A regression: bench.py recorded twice (8 s each, for power), the second time with compute()
    given twice the work. The diff must name compute as the top significant
    regression, and the gate (--fail-on self:+5pp) must fail with status 1
    naming compute.
@@ -100,7 +100,7 @@ def significant(rows, metric="self"):
 
 def test_regression(r):
     base, new = os.path.join(r.tmp, "base.db"), os.path.join(r.tmp, "slow.db")
-    r.record_pair(base, new, "bench.py", ["4"], ["4", "compute"])
+    r.record_pair(base, new, "bench.py", ["8"], ["8", "compute"])
     rc, out, err = r.diff(["--format", "json", base, new])
     j = json.loads(out)
     regs = sorted((x for x in significant(j["rows"]) if x["self_change"] > 0),
