@@ -135,6 +135,8 @@ static const struct row {
     {F(fr_back, T_I32), OBJ, {24, 24, 24, 24, 24, 24, 48, 8, D, D, D, D, D, D}},
     {F(fr_code, T_I32), OBJ, {32, 32, 32, 32, 32, 32, 32, 0, D, D, D, D, D, D}},
     {F(fr_lasti, T_I32), OBJ, {120, 120, 104, 104, 104, 96, 56, 56, D, D, D, D, D, D}},
+    {F(fr_state, T_I32), OBJ, {X, 132, 116, 116, 116, 108, X, X, X, X, X, X, X, X}},
+    {F(fr_state_kind, T_U8), 0, {0, 1, 1, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0}},
     {F(fr_owner, T_I32), 0, {X, X, X, X, X, X, 69, 70, D, D, D, D, D, D}},
     {F(fr_tlbc_index, T_I32), 0, {X, X, X, X, X, X, X, X, X, X, X, D, X, D}},
     {F(fr_code_mask, T_MASK), 0, {X, X, X, X, X, X, X, X, X, X, ~3, ~3, ~3, ~3}},
@@ -360,6 +362,7 @@ static void derive_read_sizes(struct pylayout *L)
         f = span_end(L->fr_code, 8, f);
         f = span_end(L->fr_lasti, L->lasti == PYL_LASTI_POINTER ? 8 : 4, f);
         f = span_end(L->fr_owner, 1, f);
+        f = span_end(L->fr_state, 1, f);
         f = span_end(L->fr_tlbc_index, 4, f);
         L->fr_read = (f + 7) & ~7u;
         uint32_t c = 0;

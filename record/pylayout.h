@@ -78,6 +78,10 @@ enum pyl_ints {
 
 #define PYL_OWNER_NONE 127 /* owner_skip_from when no owner value marks entry frames */
 
+#define PYL_FRSTATE_NONE      0 /* no such field */
+#define PYL_FRSTATE_EXECUTING 1 /* char f_executing: 0 when not running */
+#define PYL_FRSTATE_STATE     2 /* char f_state: running when EXECUTING (0) or UNWINDING (2) */
+
 struct pylayout {
         char name[8]; /* "3.12", "3.13t" */
         uint8_t major, minor;
@@ -111,6 +115,14 @@ struct pylayout {
 
         /* PyFrameObject (<=3.10) or _PyInterpreterFrame (3.11+) */
         int32_t fr_back, fr_code, fr_lasti, fr_owner, fr_tlbc_index;
+        /*
+         * <=3.10: the frame's running state (f_executing 3.6-3.9, f_state
+         * 3.10), -1 when absent. A chain that ends at a suspended generator
+         * frame was read while that generator yielded (its f_back cleared):
+         * a torn, truncated stack.
+         */
+        int32_t fr_state;
+        uint8_t fr_state_kind;   /* PYL_FRSTATE_* */
         uint32_t fr_read;        /* bytes to read per frame: covers every field above */
         uint64_t fr_code_mask;   /* ~0, or ~3 where f_executable is a tagged _PyStackRef */
         uint8_t owner_generator; /* FRAME_OWNED_BY_GENERATOR, or PYL_OWNER_NONE */

@@ -1045,6 +1045,16 @@ static int walk_pass(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uint3
                         return fatal_read(rc) ? rc : PYWALK_TORN;
                 last = addr;
                 uint64_t back = rd64(fr + L->fr_back);
+                /*
+                 * The chain ends at a frame that is not running: a generator
+                 * that yielded or finished under us (its f_back cleared).
+                 * 3.10 f_state: EXECUTING 0 and UNWINDING 2 are running.
+                 */
+                if (!back && L->fr_state >= 0 &&
+                    (L->fr_state_kind == PYL_FRSTATE_EXECUTING
+                         ? fr[L->fr_state] == 0
+                         : fr[L->fr_state] != 0 && fr[L->fr_state] != 2))
+                        return PYWALK_TORN;
                 uint64_t code = rd64(fr + L->fr_code) & L->fr_code_mask;
                 uint8_t owner = L->fr_owner >= 0 ? fr[L->fr_owner] : 0;
                 addr = back;

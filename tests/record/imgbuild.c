@@ -746,6 +746,10 @@ static uint64_t push(struct pyimg *p, int t, enum pyimg_frame_kind kind, uint64_
         } else {
                 int32_t lasti = unit < 0 ? -1 : L->lasti == PYL_LASTI_UNITS ? unit : 2 * unit;
                 img_u32(p->img, f + (uint64_t)L->fr_lasti, (uint32_t)lasti);
+                /* A frame on a thread's stack is running: f_executing 1, f_state EXECUTING 0. */
+                if (L->fr_state >= 0)
+                        img_u8(p->img, f + (uint64_t)L->fr_state,
+                               L->fr_state_kind == PYL_FRSTATE_EXECUTING ? 1 : 0);
         }
         set_top(p, t, f);
         pyimg_sync(p);

@@ -286,6 +286,8 @@ static void check_layout_roundtrip(void **state)
         memcpy(want.name, got.name, sizeof(want.name));
         want.from_debug_offsets = true;
         want.py2_unicode_width = got.py2_unicode_width;
+        want.fr_state = -1; /* <=3.10 only */
+        want.fr_state_kind = PYL_FRSTATE_NONE;
         assert_memory_equal(&got, &want, sizeof(got));
         pyimg_free(&p);
 }
@@ -1360,6 +1362,37 @@ static void check_unsupported(void **state)
 
 /* ---- registration ---- */
 
+/*
+ * <=3.10: a generator's frame loses its f_back when it yields or returns. A
+ * chain read across that moment ends at the generator: it must be reported
+ * torn, not as a stack whose root is the generator (seen live on 3.6-3.10).
+ */
+static void check_torn_yielded(void **state)
+{
+        const struct ver *v = *state;
+        struct pyimg p;
+        make_image(v, &p);
+        uint64_t gen = mkcode(&p, "<genexpr>", "<genexpr>", "/app/hot.py", 10, 10, 0);
+        int t = pyimg_add_thread(&p, p.interps[0], -1);
+        uint64_t f = pyimg_push(&p, t, PYIMG_FRAME, gen, 2);
+        struct got g;
+        assert_int_equal(one_thread_status(&p, &g), 0); /* running: a real root */
+        for (int value = 0; value < 2; value++) {
+                /* suspended (3.6-3.9: f_executing 0; 3.10: SUSPENDED -1, RETURNED 1) */
+                uint8_t suspended = p.L.fr_state_kind == PYL_FRSTATE_EXECUTING ? 0
+                                    : value == 0                               ? 0xff
+                                                                               : 1;
+                img_u8(p.img, f + (uint64_t)p.L.fr_state, suspended);
+                assert_int_equal(one_thread_status(&p, &g), PYWALK_TORN);
+        }
+        pyimg_free(&p);
+}
+
+static bool frame_state(const struct ver *v)
+{
+        return v->major == 3 && v->minor >= 6 && v->minor <= 10;
+}
+
 static bool any(const struct ver *v)
 {
         (void)v;
@@ -1409,6 +1442,7 @@ static const struct scenario scenarios[] = {
     {"code-reuse-smaller", check_code_reuse_smaller, any},
     {"code-reuse-return", check_code_reuse_return, any},
     {"torn-cycle", check_torn_cycle, any},
+    {"torn-yielded", check_torn_yielded, frame_state},
     {"torn-type", check_torn_type, any},
     {"torn-str", check_torn_strings, any},
     {"torn-dangling", check_torn_dangling, any},
