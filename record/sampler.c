@@ -229,6 +229,13 @@ static void thread_bind_tid(struct sampler *s, struct sthread *t, int64_t ns_tid
 {
         if (t->ns_tid == ns_tid)
                 return;
+        /*
+         * The OS thread changed under a known thread state: 3.11+ creates a
+         * thread's state in the creating thread, with the creator's ids, and
+         * rebinds it when the new thread starts. What follows belongs to
+         * another OS thread, so it becomes another trace thread.
+         */
+        t->ref = 0;
         t->ns_tid = ns_tid;
         if (t->stat_fd >= 0)
                 close(t->stat_fd);
