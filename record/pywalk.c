@@ -1057,6 +1057,13 @@ static int walk_pass(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uint3
                         return PYWALK_TORN;
                 uint64_t code = rd64(fr + L->fr_code) & L->fr_code_mask;
                 uint8_t owner = L->fr_owner >= 0 ? fr[L->fr_owner] : 0;
+                /*
+                 * 3.11+: the same for a generator's embedded frame, whose
+                 * `previous` is cleared when it yields. A thread's stack never
+                 * starts at a generator-owned frame.
+                 */
+                if (!back && owner == L->owner_generator)
+                        return PYWALK_TORN;
                 addr = back;
                 if (owner >= L->owner_skip_from || !code)
                         continue; /* entry frame of a C call into the eval loop, or being cleared */

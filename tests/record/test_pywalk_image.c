@@ -1388,6 +1388,22 @@ static void check_torn_yielded(void **state)
         pyimg_free(&p);
 }
 
+/* 3.11+: a generator's embedded frame with no `previous` (it yielded under us) is torn. */
+static void check_torn_yielded_embedded(void **state)
+{
+        const struct ver *v = *state;
+        struct pyimg p;
+        make_image(v, &p);
+        uint64_t gen = mkcode(&p, "<genexpr>", "<genexpr>", "/app/hot.py", 10, 10, 0);
+        int t = pyimg_add_thread(&p, p.interps[0], -1);
+        uint64_t f = pyimg_push(&p, t, PYIMG_FRAME_GEN, gen, 2);
+        pyimg_set_top(&p, t, f); /* the generator alone: its caller link cleared */
+        img_u64(p.img, f + (uint64_t)p.L.fr_back, 0);
+        struct got g;
+        assert_int_equal(one_thread_status(&p, &g), PYWALK_TORN);
+        pyimg_free(&p);
+}
+
 static bool frame_state(const struct ver *v)
 {
         return v->major == 3 && v->minor >= 6 && v->minor <= 10;
@@ -1443,6 +1459,7 @@ static const struct scenario scenarios[] = {
     {"code-reuse-return", check_code_reuse_return, any},
     {"torn-cycle", check_torn_cycle, any},
     {"torn-yielded", check_torn_yielded, frame_state},
+    {"torn-yielded-embedded", check_torn_yielded_embedded, chunked},
     {"torn-type", check_torn_type, any},
     {"torn-str", check_torn_strings, any},
     {"torn-dangling", check_torn_dangling, any},
