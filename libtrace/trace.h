@@ -228,6 +228,13 @@ TRACE_API int trace_writer_add_source(struct trace_writer *w, const char *file, 
 TRACE_API int trace_writer_flush(struct trace_writer *w);
 
 /*
+ * How often add_sample commits by itself (default about once a second);
+ * a negative interval never: the caller flushes, e.g. from another thread
+ * that owns the writer while the samples arrive.
+ */
+TRACE_API void trace_writer_set_flush_interval(struct trace_writer *w, int64_t interval_ns);
+
+/*
  * Write end time and counts, commit and close the database. The handle stays
  * valid for errmsg until trace_writer_free(). A trace that was never
  * finalized is still readable up to its last flush.

@@ -35,7 +35,6 @@ int trace_status_from_sqlite(int sqlite_rc);
  * Test hooks: change the automatic flush interval (0: flush at every sample;
  * negative: never automatically) and the chunk size (>= 1) of a writer.
  */
-void trace_writer_set_flush_interval(struct trace_writer *w, int64_t interval_ns);
 void trace_writer_set_chunk_max(struct trace_writer *w, uint32_t samples);
 
 /*

@@ -1207,7 +1207,7 @@ TRACE_API const char *trace_writer_errmsg(const struct trace_writer *w)
         return w ? w->errmsg : "no writer";
 }
 
-void trace_writer_set_flush_interval(struct trace_writer *w, int64_t interval_ns)
+TRACE_API void trace_writer_set_flush_interval(struct trace_writer *w, int64_t interval_ns)
 {
         w->flush_interval_ns = interval_ns;
         w->next_check_sample_ns = INT64_MIN;
