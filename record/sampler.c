@@ -13,16 +13,19 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "pfutil.h"
+#include "cpustate.h"
 #include "procfs.h"
 #include "pyfind.h"
 #include "pywalk.h"
 #include "sources.h"
 #include "stopper.h"
+#include "tsink.h"
 
 /*
  * Thread names come from threading's objects, which cost a few reads per
@@ -36,12 +39,14 @@
 struct sthread {
         uint64_t tstate, thread_id;
         int64_t interp_id;
-        char *name;     /* threading's name for it, NULL until known */
-        uint32_t ref;   /* trace thread ref, 0 when not yet registered */
-        pid_t host_tid; /* OS tid in our namespace, -1 unknown */
-        int64_t ns_tid; /* OS tid as the target reported it */
-        int stat_fd;    /* /proc/PID/task/TID/stat, -1 when not open */
-        int running;    /* last state read: 1 on CPU, 0 not, -1 unknown */
+        char *name;          /* threading's name for it, NULL until known */
+        uint32_t ref;        /* trace thread ref, 0 when not yet registered */
+        pid_t host_tid;      /* OS tid in our namespace, -1 unknown */
+        int64_t ns_tid;      /* OS tid as the target reported it */
+        int stat_fd;         /* /proc/PID/task/TID/stat, -1 when not open */
+        struct cpustate *cs; /* its context switches (cpustate.h), NULL: /proc only */
+        int seed;            /* /proc's state read just after cs was opened */
+        int running;         /* last state read: 1 on CPU, 0 not, -1 unknown */
         uint64_t seen_tick;
 };
 
@@ -56,20 +61,29 @@ struct stack_entry {
 struct sampler {
         pid_t pid;
         bool blocking;
+        bool no_switch_events; /* cpustate_open() is refused here: /proc only */
         struct pyfind_target target;
         char version[32];
         char build[64];
         struct memsrc mem;
         struct pywalk *walk;
-        struct trace_writer *w;
+        struct tsink *k;         /* NULL until sampler_set_sink() */
+        struct trace_writer *w;  /* the sink's; used only under its lock */
         struct sources *sources; /* NULL: source files are not stored */
         int sources_handle;
         struct stopper stop;
 
+        /*
+         * Appended to, removed from and rebound only under the sink's lock
+         * (once there is a sink): names_job reads it from the sink's thread.
+         */
         struct sthread *threads;
         size_t n_threads, cap_threads;
-        int64_t names_due_ns; /* next reading of the thread names */
-        int names_rc;         /* a trace error while naming threads */
+        _Atomic int64_t names_due_ns; /* next reading of the thread names */
+        int names_rc;                 /* a trace error while naming threads */
+        /* A second walker, for names_job (NULL: names are read in sampler_tick). */
+        struct memsrc names_mem;
+        struct pywalk *names_walk;
 
         /* (code id << 32 | line) -> trace frame id, open addressing */
         uint64_t *frame_keys;
@@ -146,8 +160,11 @@ fail:
         return rc;
 }
 
-int sampler_set_writer(struct sampler *s, struct trace_writer *w, char *err, size_t errlen)
+static void names_job(void *ctx, int64_t now_ns);
+
+int sampler_set_sink(struct sampler *s, struct tsink *k, char *err, size_t errlen)
 {
+        struct trace_writer *w = tsink_writer(k);
         char cmdline[4096];
         if (procfs_cmdline(s->pid, cmdline, sizeof(cmdline)) < 0)
                 cmdline[0] = 0;
@@ -157,13 +174,32 @@ int sampler_set_writer(struct sampler *s, struct trace_writer *w, char *err, siz
             .python_version = s->version,
             .python_build = s->build,
         };
+        /* Thread names are read off the sampling thread, with a walker of their own. */
+        char ignored[256];
+        memsrc_init_process(&s->names_mem, s->pid);
+        if (pywalk_open(&s->target, &s->names_mem, &s->names_walk, ignored, sizeof(ignored)) < 0)
+                s->names_walk = NULL;
+        tsink_lock(k);
         int rc = trace_writer_add_process(w, &pd);
-        if (rc < 0) {
+        if (rc < 0)
                 snprintf(err, errlen, "%s", trace_writer_errmsg(w));
+        else if (s->names_walk && tsink_add_job_locked(k, names_job, s) < 0)
+                rc = TRACE_ERR_NOMEM;
+        tsink_unlock(k);
+        if (rc < 0) {
+                if (s->names_walk)
+                        pywalk_close(s->names_walk);
+                s->names_walk = NULL;
                 return rc;
         }
+        s->k = k;
         s->w = w;
         return 0;
+}
+
+void sampler_no_switch_events(struct sampler *s)
+{
+        s->no_switch_events = true;
 }
 
 void sampler_set_sources(struct sampler *s, struct sources *src, int handle)
@@ -176,12 +212,20 @@ void sampler_close(struct sampler *s)
 {
         if (!s)
                 return;
+        if (s->k && s->names_walk) {
+                tsink_lock(s->k);
+                tsink_remove_job_locked(s->k, s);
+                tsink_unlock(s->k);
+        }
+        if (s->names_walk)
+                pywalk_close(s->names_walk);
         stopper_free(&s->stop);
         if (s->walk)
                 pywalk_close(s->walk);
         for (size_t i = 0; i < s->n_threads; i++) {
                 if (s->threads[i].stat_fd >= 0)
                         close(s->threads[i].stat_fd);
+                cpustate_close(s->threads[i].cs);
                 free(s->threads[i].name);
         }
         free(s->threads);
@@ -195,6 +239,8 @@ void sampler_close(struct sampler *s)
 
 /* ---- threads ---------------------------------------------------------- */
 
+static struct sthread *thread_append(struct sampler *s, const struct pywalk_thread *th);
+
 static struct sthread *thread_lookup(struct sampler *s, const struct pywalk_thread *th)
 {
         for (size_t i = 0; i < s->n_threads; i++) {
@@ -202,6 +248,22 @@ static struct sthread *thread_lookup(struct sampler *s, const struct pywalk_thre
                 if (t->tstate == th->tstate_addr && t->thread_id == th->thread_id)
                         return t;
         }
+        if (s->k)
+                tsink_lock(s->k);
+        struct sthread *t = thread_append(s, th);
+        if (s->k)
+                tsink_unlock(s->k);
+        if (!t)
+                return NULL;
+        int64_t soon = s->tick_ns + NAMES_NEW_THREAD_NS;
+        if (atomic_load_explicit(&s->names_due_ns, memory_order_relaxed) > soon)
+                atomic_store_explicit(&s->names_due_ns, soon, memory_order_relaxed);
+        return t;
+}
+
+/* A new entry for `th`; NULL when out of memory. */
+static struct sthread *thread_append(struct sampler *s, const struct pywalk_thread *th)
+{
         if (s->n_threads == s->cap_threads) {
                 size_t cap = s->cap_threads ? s->cap_threads * 2 : 8;
                 struct sthread *p = realloc(s->threads, cap * sizeof(*p));
@@ -218,17 +280,27 @@ static struct sthread *thread_lookup(struct sampler *s, const struct pywalk_thre
         t->host_tid = -1;
         t->ns_tid = -2; /* forces a lookup */
         t->stat_fd = -1;
+        t->cs = NULL;
         t->running = -1;
-        if (s->names_due_ns > s->tick_ns + NAMES_NEW_THREAD_NS)
-                s->names_due_ns = s->tick_ns + NAMES_NEW_THREAD_NS;
         return t;
 }
+
+static void thread_rebind(struct sampler *s, struct sthread *t, int64_t ns_tid);
 
 /* Map the walker's tid (target namespace) to ours and open its stat file. */
 static void thread_bind_tid(struct sampler *s, struct sthread *t, int64_t ns_tid)
 {
         if (t->ns_tid == ns_tid)
                 return;
+        if (s->k)
+                tsink_lock(s->k);
+        thread_rebind(s, t, ns_tid);
+        if (s->k)
+                tsink_unlock(s->k);
+}
+
+static void thread_rebind(struct sampler *s, struct sthread *t, int64_t ns_tid)
+{
         /*
          * The OS thread changed under a known thread state: 3.11+ creates a
          * thread's state in the creating thread, with the creator's ids, and
@@ -240,6 +312,8 @@ static void thread_bind_tid(struct sampler *s, struct sthread *t, int64_t ns_tid
         if (t->stat_fd >= 0)
                 close(t->stat_fd);
         t->stat_fd = -1;
+        cpustate_close(t->cs);
+        t->cs = NULL;
         t->host_tid = -1;
         if (ns_tid <= 0)
                 return;
@@ -248,11 +322,26 @@ static void thread_bind_tid(struct sampler *s, struct sthread *t, int64_t ns_tid
                 return;
         t->host_tid = host;
         t->stat_fd = procfs_thread_open(s->pid, host);
+        if (s->blocking || s->no_switch_events || t->stat_fd < 0)
+                return;
+        /*
+         * The state from the thread's context switches, with no system call
+         * per sample. Opened before /proc is read for the seed, so a switch
+         * in between is in the ring and wins over the seed.
+         */
+        t->cs = cpustate_open(host);
+        if (!t->cs) {
+                /* Not allowed or not supported here: no use trying other threads. */
+                if (errno != ESRCH && errno != ENOMEM && errno != EMFILE && errno != ENFILE)
+                        s->no_switch_events = true;
+                return;
+        }
+        t->seed = procfs_thread_running(t->stat_fd);
 }
 
 static int thread_register(struct sampler *s, struct sthread *t)
 {
-        if (t->ref || !s->w)
+        if (t->ref || !s->k)
                 return 0;
         struct trace_thread_desc d = {
             .pid = s->pid,
@@ -260,7 +349,10 @@ static int thread_register(struct sampler *s, struct sthread *t)
             .python_thread_id = t->thread_id,
             .name = t->name,
         };
-        return trace_writer_add_thread(s->w, &d, &t->ref);
+        tsink_lock(s->k);
+        int rc = trace_writer_add_thread(s->w, &d, &t->ref);
+        tsink_unlock(s->k);
+        return rc;
 }
 
 /* Drop threads not seen for a while (they exited); keeps fds bounded. */
@@ -272,6 +364,7 @@ static void threads_gc(struct sampler *s)
                 if (s->tick - t->seen_tick > 100) {
                         if (t->stat_fd >= 0)
                                 close(t->stat_fd);
+                        cpustate_close(t->cs);
                         free(t->name);
                         continue;
                 }
@@ -299,13 +392,24 @@ static void on_name(void *ctx, int64_t interp_id, uint64_t thread_id, const char
         }
 }
 
-/* Read threading's names for the threads and give new or changed ones to the trace. */
-static int names_refresh(struct sampler *s)
+/*
+ * Read threading's names for the threads and give new or changed ones to the
+ * trace; under the sink's lock.
+ */
+static int names_refresh(struct sampler *s, struct pywalk *walk, int64_t now_ns)
 {
-        s->names_due_ns = s->tick_ns + NAMES_PERIOD_NS;
+        atomic_store_explicit(&s->names_due_ns, now_ns + NAMES_PERIOD_NS, memory_order_relaxed);
         s->names_rc = 0;
-        pywalk_thread_names(s->walk, on_name, s); /* a process gone shows in the next sample */
+        pywalk_thread_names(walk, on_name, s); /* a process gone shows in the next sample */
         return s->names_rc;
+}
+
+/* The sink's thread, under its lock: names, read with the second walker. */
+static void names_job(void *ctx, int64_t now_ns)
+{
+        struct sampler *s = ctx;
+        if (now_ns >= atomic_load_explicit(&s->names_due_ns, memory_order_relaxed))
+                names_refresh(s, s->names_walk, now_ns); /* a failed rename is not fatal */
 }
 
 /* ---- frames and stacks ------------------------------------------------ */
@@ -430,15 +534,17 @@ static int stack_id(struct sampler *s, const struct pywalk_thread *th, uint32_t 
         }
         /* New stack: intern frames root first through the writer's prefix tree. */
         uint32_t stack = TRACE_STACK_EMPTY;
-        for (uint32_t i = th->depth; i-- > 0;) {
+        int rc = 0;
+        tsink_lock(s->k);
+        for (uint32_t i = th->depth; i-- > 0 && rc >= 0;) {
                 uint32_t fid;
-                int rc = frame_id(s, &th->frames[i], &fid);
-                if (rc < 0)
-                        return rc;
-                rc = trace_writer_intern_stack(s->w, stack, fid, &stack);
-                if (rc < 0)
-                        return rc;
+                rc = frame_id(s, &th->frames[i], &fid);
+                if (rc >= 0)
+                        rc = trace_writer_intern_stack(s->w, stack, fid, &stack);
         }
+        tsink_unlock(s->k);
+        if (rc < 0)
+                return rc;
         size_t off = s->stack_keys.len;
         if (pf_buf_reserve(&s->stack_keys, (size_t)th->depth * 8) < 0)
                 return TRACE_ERR_NOMEM;
@@ -472,18 +578,25 @@ static int on_thread(void *ctx, const struct pywalk_thread *th)
                         s->st.torn++;
                 else
                         s->st.read_errors++;
-                if (s->w)
-                        trace_writer_count_error(
-                            s->w, s->pid,
-                            th->status == PYWALK_TORN ? TRACE_ERROR_TORN : TRACE_ERROR_READ, 1);
+                if (s->k)
+                        tsink_error(s->k, s->pid,
+                                    th->status == PYWALK_TORN ? TRACE_ERROR_TORN : TRACE_ERROR_READ,
+                                    1);
                 return 0;
         }
         /* In blocking mode the stopper read the state before it stopped anything. */
         if (s->blocking) {
                 int letter = t->host_tid > 0 ? stopper_thread_state(&s->stop, t->host_tid) : -1;
                 t->running = letter < 0 ? -1 : letter == 'R';
-        } else if (t->stat_fd >= 0) {
-                t->running = procfs_thread_running(t->stat_fd);
+        } else {
+                int running = t->cs ? cpustate_read(t->cs) : -1;
+                if (running == CPUSTATE_NO_SWITCH)
+                        running = t->seed; /* not switched since the seed was read */
+                if (running < 0 && t->stat_fd >= 0) {
+                        running = procfs_thread_running(t->stat_fd);
+                        s->st.proc_state_reads++;
+                }
+                t->running = running;
         }
         unsigned state = 0;
         if (t->running != 0) /* unknown counts as running: never hide samples */
@@ -497,8 +610,7 @@ static int on_thread(void *ctx, const struct pywalk_thread *th)
         uint32_t stack;
         if (stack_id(s, th, &stack) < 0)
                 return -EIO;
-        if (trace_writer_add_sample(s->w, t->ref, s->tick_ns, stack, state) < 0)
-                return -EIO;
+        tsink_sample(s->k, t->ref, s->tick_ns, stack, state);
         s->st.samples++;
         return 0;
 }
@@ -520,24 +632,32 @@ int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
                 snprintf(err, errlen, "process %d has exited", (int)s->pid);
                 return -ESRCH;
         }
-        if (rc == -EIO && s->w) {
+        if (rc == -EIO && s->k) {
                 snprintf(err, errlen, "writing the trace: %s", trace_writer_errmsg(s->w));
                 return -EIO;
         }
         if (rc < 0) {
                 /* The whole walk failed (e.g. a torn thread list): count it, go on. */
                 s->st.read_errors++;
-                if (s->w)
-                        trace_writer_count_error(s->w, s->pid, TRACE_ERROR_READ, 1);
+                if (s->k)
+                        tsink_error(s->k, s->pid, TRACE_ERROR_READ, 1);
         }
-        if (rc >= 0 && s->w && t_ns >= s->names_due_ns)
-                rc = names_refresh(s);
+        /* With a walker of their own, names are read by the sink's thread (names_job). */
+        if (rc >= 0 && s->k && !s->names_walk &&
+            t_ns >= atomic_load_explicit(&s->names_due_ns, memory_order_relaxed)) {
+                tsink_lock(s->k);
+                rc = names_refresh(s, s->walk, t_ns);
+                tsink_unlock(s->k);
+        }
         if (rc == -EIO) {
                 snprintf(err, errlen, "writing the trace: %s", trace_writer_errmsg(s->w));
                 return -EIO;
         }
-        if ((s->tick & 255) == 0)
-                threads_gc(s);
+        if ((s->tick & 255) == 0 && (!s->k || tsink_trylock(s->k))) {
+                threads_gc(s); /* not while the sink commits: next time */
+                if (s->k)
+                        tsink_unlock(s->k);
+        }
         return 0;
 }
 

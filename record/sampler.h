@@ -22,11 +22,12 @@
 struct sampler;
 
 struct sampler_stats {
-        uint64_t ticks;       /* sampling passes over this process */
-        uint64_t samples;     /* thread samples written */
-        uint64_t torn;        /* thread samples dropped as inconsistent */
-        uint64_t read_errors; /* thread samples dropped for a failed read */
-        uint64_t reads;       /* memory reads issued by the walker */
+        uint64_t ticks;            /* sampling passes over this process */
+        uint64_t samples;          /* thread samples written */
+        uint64_t torn;             /* thread samples dropped as inconsistent */
+        uint64_t read_errors;      /* thread samples dropped for a failed read */
+        uint64_t reads;            /* memory reads issued by the walker */
+        uint64_t proc_state_reads; /* on-CPU states read from /proc, not from switches */
 };
 
 /*
@@ -38,17 +39,27 @@ struct sampler_stats {
 int sampler_open(pid_t pid, bool blocking, struct sampler **out, char *err, size_t errlen);
 
 /*
- * Register the process with the trace writer `w` and write its samples there
- * from now on. Returns 0, or a negative trace status (message in err).
+ * Read every thread's on-CPU state from /proc for each sample, instead of
+ * from the kernel's context-switch records (cpustate.h). Before the first
+ * sample.
  */
-int sampler_set_writer(struct sampler *s, struct trace_writer *w, char *err, size_t errlen);
+void sampler_no_switch_events(struct sampler *s);
+
+struct tsink;
+
+/*
+ * Register the process with the writer behind sink `k` (tsink.h) and queue
+ * its samples there from now on. Returns 0, or a negative trace status
+ * (message in err).
+ */
+int sampler_set_sink(struct sampler *s, struct tsink *k, char *err, size_t errlen);
 
 struct sources;
 
 /*
  * Note the file of every newly seen frame in `src` (sources.h; handle from
  * sources_watch() for this process), so that its text can be stored. NULL
- * stops it.
+ * stops it. Notes are made under the sink's lock.
  */
 void sampler_set_sources(struct sampler *s, struct sources *src, int handle);
 

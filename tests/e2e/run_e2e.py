@@ -156,12 +156,29 @@ def test_ratio(r, label, py, mode):
             abs(share - 75.0) <= 5.0, "a=%d b=%d" % (a, b))
 
 
-def test_threads(r, label, py, mode):
-    db = r.out("threads-%s-%s" % (label, mode))
-    p = r.rec(["-o", db, "-r", "200"] + mode_flags(mode)
+def test_threads(r, label, py, mode, extra=()):
+    db = r.out("threads-%s-%s%s" % (label, mode, "".join(extra)))
+    p = r.rec(["-o", db, "-r", "200"] + mode_flags(mode) + list(extra)
               + ["--", py, os.path.join(WORK, "threads.py"), "2.5"])
+    if extra:
+        mode = "%s %s" % (mode, " ".join(extra))
     if not r.check("%s %s threads: spawn exits 0" % (label, mode), p.returncode == 0, p.stderr):
         return
+    if mode == "nonblocking":
+        # As root the on-CPU states come from context-switch records, not /proc
+        # (a thread that exits is looked up in /proc once or twice).
+        meta = r.info(db)["meta"]
+        samples = r.info(db)["samples"]
+        proc = int(meta.get("proc_state_reads", -1))
+        if os.geteuid() == 0:
+            r.check("%s %s threads: states from switch records" % (label, mode),
+                    meta.get("switch_events") == "on" and 0 <= proc <= 0.02 * samples,
+                    "%d of %d states read from /proc" % (proc, samples))
+    elif "--no-switch-events" in extra:
+        meta = r.info(db)["meta"]
+        r.check("%s %s threads: states from /proc" % (label, mode),
+                meta.get("switch_events") == "off" and
+                int(meta.get("proc_state_reads", 0)) >= 0.9 * r.info(db)["samples"])
     workers = {"worker_one", "worker_two", "worker_three"}
     seen = set()
     sleeper_ok = None
@@ -211,6 +228,12 @@ def test_threads(r, label, py, mode):
     r.check("%s %s threads: --thread worker_one selects that thread" % (label, mode),
             n_named >= 50 and funcs == {"worker_one"},
             "samples %d, functions %s" % (n_named, sorted(funcs)))
+
+
+def test_threads_proc_state(r, label, py, mode):
+    """The same threads, their states read from /proc (--no-switch-events)."""
+    if mode == "nonblocking":
+        test_threads(r, label, py, mode, ["--no-switch-events"])
 
 
 def adjacent(frames, caller, callee):
@@ -580,7 +603,7 @@ def mode_flags(mode):
     return ["--blocking"] if mode == "blocking" else []
 
 
-TESTS = [test_hot, test_ratio, test_threads, test_generators, test_exit_status, test_attach,
+TESTS = [test_hot, test_ratio, test_threads, test_threads_proc_state, test_generators, test_exit_status, test_attach,
          test_subprocesses, test_container, test_signals, test_dump, test_cli]
 
 

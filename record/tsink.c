@@ -1,0 +1,271 @@
+/*
+ * tsink.c - the trace writer behind a queue (see tsink.h).
+ *
+ * The ring is a power-of-two array indexed by two free-running counters:
+ * `head`, advanced by the producer after it filled an entry (release), and
+ * `tail`, advanced by whoever holds the lock after it applied entries
+ * (release). The producer is one thread; consumers are serialized by the
+ * lock, so neither side ever needs a compare-and-swap. When the ring is
+ * full the producer takes the lock and applies it itself: nothing is lost,
+ * the sampler is only late (and says so in the trace).
+ */
+#include "tsink.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pfutil.h"
+#include "sources.h"
+
+/* 64 Ki entries, 1.5 MiB: over half a second of samples at 100 kHz. */
+#define RING_BITS 16
+#define RING_SIZE (1u << RING_BITS)
+#define RING_MASK (RING_SIZE - 1)
+/* The thread applies the ring this often. */
+#define APPLY_NS 5000000
+/* Time for reading source files per pass, so the lock is never held long. */
+#define SOURCES_BUDGET_NS 5000000
+
+enum { EV_SAMPLE, EV_ERROR };
+
+struct event {
+        int64_t t_ns; /* sample: time; error: count */
+        uint32_t a;   /* sample: thread ref; error: pid */
+        uint32_t b;   /* sample: stack id; error: kind */
+        uint32_t c;   /* sample: state */
+        uint32_t kind;
+};
+
+struct tsink {
+        struct trace_writer *w;
+        struct sources *src;
+        struct event *ring;
+        _Atomic uint64_t head, tail;
+        pthread_mutex_t lock;
+        pthread_cond_t wake;
+        pthread_t thread;
+        bool started;
+        bool stop; /* under lock */
+        int64_t flush_ns;
+        atomic_int failed;
+        char errmsg[512];
+        _Atomic uint64_t full_waits;
+        struct job {
+                tsink_job_fn fn;
+                void *ctx;
+        } * jobs;
+        size_t n_jobs, cap_jobs;
+};
+
+struct tsink *tsink_new(struct trace_writer *w)
+{
+        struct tsink *k = calloc(1, sizeof(*k));
+        if (!k)
+                return NULL;
+        k->ring = malloc(RING_SIZE * sizeof(*k->ring));
+        if (!k->ring) {
+                free(k);
+                return NULL;
+        }
+        k->w = w;
+        pthread_mutex_init(&k->lock, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&k->wake, &ca);
+        pthread_condattr_destroy(&ca);
+        return k;
+}
+
+struct trace_writer *tsink_writer(const struct tsink *k)
+{
+        return k->w;
+}
+
+int tsink_failed(const struct tsink *k)
+{
+        return atomic_load_explicit(&k->failed, memory_order_relaxed);
+}
+
+const char *tsink_errmsg(const struct tsink *k)
+{
+        return k->errmsg;
+}
+
+uint64_t tsink_full_waits(const struct tsink *k)
+{
+        return atomic_load_explicit(&k->full_waits, memory_order_relaxed);
+}
+
+/* Under the lock: the first failure wins, its message is kept. */
+static void note_failure(struct tsink *k, int rc)
+{
+        if (rc >= 0 || tsink_failed(k))
+                return;
+        snprintf(k->errmsg, sizeof(k->errmsg), "%s", trace_writer_errmsg(k->w));
+        atomic_store_explicit(&k->failed, rc, memory_order_relaxed);
+}
+
+/* Under the lock: apply every queued event to the writer. */
+static void apply(struct tsink *k)
+{
+        uint64_t tail = atomic_load_explicit(&k->tail, memory_order_relaxed);
+        uint64_t head = atomic_load_explicit(&k->head, memory_order_acquire);
+        for (; tail != head; tail++) {
+                const struct event *e = &k->ring[tail & RING_MASK];
+                int rc;
+                if (e->kind == EV_SAMPLE)
+                        rc = trace_writer_add_sample(k->w, e->a, e->t_ns, e->b, e->c);
+                else
+                        rc = trace_writer_count_error(k->w, (int32_t)e->a, (int)e->b,
+                                                      (uint64_t)e->t_ns);
+                note_failure(k, rc);
+        }
+        atomic_store_explicit(&k->tail, tail, memory_order_release);
+}
+
+void tsink_lock(struct tsink *k)
+{
+        pthread_mutex_lock(&k->lock);
+        apply(k);
+}
+
+bool tsink_trylock(struct tsink *k)
+{
+        if (pthread_mutex_trylock(&k->lock) != 0)
+                return false;
+        apply(k);
+        return true;
+}
+
+int tsink_add_job_locked(struct tsink *k, tsink_job_fn fn, void *ctx)
+{
+        if (k->n_jobs == k->cap_jobs) {
+                size_t cap = k->cap_jobs ? 2 * k->cap_jobs : 8;
+                struct job *p = realloc(k->jobs, cap * sizeof(*p));
+                if (!p)
+                        return -ENOMEM;
+                k->jobs = p;
+                k->cap_jobs = cap;
+        }
+        k->jobs[k->n_jobs++] = (struct job){fn, ctx};
+        return 0;
+}
+
+void tsink_remove_job_locked(struct tsink *k, void *ctx)
+{
+        for (size_t i = 0; i < k->n_jobs;)
+                if (k->jobs[i].ctx == ctx)
+                        k->jobs[i] = k->jobs[--k->n_jobs];
+                else
+                        i++;
+}
+
+void tsink_unlock(struct tsink *k)
+{
+        pthread_mutex_unlock(&k->lock);
+}
+
+static void push(struct tsink *k, const struct event *e)
+{
+        uint64_t head = atomic_load_explicit(&k->head, memory_order_relaxed);
+        if (head - atomic_load_explicit(&k->tail, memory_order_acquire) >= RING_SIZE) {
+                atomic_fetch_add_explicit(&k->full_waits, 1, memory_order_relaxed);
+                tsink_lock(k); /* applies the ring */
+                tsink_unlock(k);
+        }
+        k->ring[head & RING_MASK] = *e;
+        atomic_store_explicit(&k->head, head + 1, memory_order_release);
+}
+
+void tsink_sample(struct tsink *k, uint32_t thread_ref, int64_t t_ns, uint32_t stack_id,
+                  unsigned state)
+{
+        struct event e = {t_ns, thread_ref, stack_id, state, EV_SAMPLE};
+        push(k, &e);
+}
+
+void tsink_error(struct tsink *k, int32_t pid, int kind, uint64_t n)
+{
+        struct event e = {(int64_t)n, (uint32_t)pid, (uint32_t)kind, 0, EV_ERROR};
+        push(k, &e);
+}
+
+static void *run(void *arg)
+{
+        struct tsink *k = arg;
+        int64_t last_flush = pf_now_mono_ns();
+        pthread_mutex_lock(&k->lock);
+        while (!k->stop) {
+                int64_t until = pf_now_mono_ns() + APPLY_NS;
+                struct timespec ts = {until / 1000000000, until % 1000000000};
+                pthread_cond_timedwait(&k->wake, &k->lock, &ts);
+                apply(k);
+                int64_t now = pf_now_mono_ns();
+                for (size_t i = 0; i < k->n_jobs; i++)
+                        k->jobs[i].fn(k->jobs[i].ctx, now);
+                if (k->src)
+                        sources_pump(k->src, SOURCES_BUDGET_NS);
+                now = pf_now_mono_ns();
+                if (now - last_flush >= k->flush_ns && !tsink_failed(k)) {
+                        note_failure(k, trace_writer_flush(k->w));
+                        last_flush = now;
+                }
+        }
+        pthread_mutex_unlock(&k->lock);
+        return NULL;
+}
+
+int tsink_start(struct tsink *k, struct sources *src, int64_t flush_ns)
+{
+        if (k->started)
+                return 0;
+        k->src = src;
+        k->flush_ns = flush_ns;
+        trace_writer_set_flush_interval(k->w, -1); /* only this thread commits */
+        /* Signals are the sampling thread's business (SIGCHLD for --blocking, Ctrl-C). */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        int rc = pthread_create(&k->thread, NULL, run, k);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc != 0)
+                return -rc;
+        k->started = true;
+        return 0;
+}
+
+int tsink_stop(struct tsink *k)
+{
+        if (k->started) {
+                pthread_mutex_lock(&k->lock);
+                k->stop = true;
+                pthread_cond_signal(&k->wake);
+                pthread_mutex_unlock(&k->lock);
+                pthread_join(k->thread, NULL);
+                k->started = false;
+                k->stop = false;
+        }
+        pthread_mutex_lock(&k->lock);
+        apply(k);
+        pthread_mutex_unlock(&k->lock);
+        return tsink_failed(k);
+}
+
+void tsink_free(struct tsink *k)
+{
+        if (!k)
+                return;
+        tsink_stop(k);
+        pthread_mutex_destroy(&k->lock);
+        pthread_cond_destroy(&k->wake);
+        free(k->jobs);
+        free(k->ring);
+        free(k);
+}
