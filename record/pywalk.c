@@ -47,7 +47,7 @@
 #define OBJ_PREFIX       256 /* first read of a str or bytes object */
 #define PREFETCH_SPANS   8192
 #define PREFETCH_BYTES   (32u << 20)
-#define SPAN_GAP         256  /* prefetched spans closer than this are read as one */
+#define SPAN_GAP         2048 /* prefetched spans closer than this are read as one */
 #define TID_SCAN_BYTES   2048 /* searched of a struct pthread for the TID */
 #define TID_SCAN_CHUNK   256
 #define TID_SEARCH_TRIES 16
