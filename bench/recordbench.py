@@ -9,8 +9,10 @@ with a ~30-deep and a ~100-deep Python stack:
   2. the workload's slowdown against an unprofiled run, at 100 Hz and 1 kHz,
      both modes (fixed work, runs interleaved, medians);
   3. the highest rate sustained for 10 s with no missed deadline.
-The workload runs on CPU 0 and the recorder on CPU 1 (taskset), so the two
-do not share a core. Usage:
+The workload runs on CPU 0 and the recorder's sampling thread on CPU 1
+(taskset), so the two do not share a core; the recorder's committing thread
+(SQLite) is moved to CPU 0, as the scheduler would place it on a machine
+with a spare core. Usage:
 
   python3 bench/recordbench.py --record build/record/pyflame-record \
       --report build/report/pyflame-report [--python PATH ...] [--quick]
@@ -51,10 +53,35 @@ def meta_int(inf, key):
     return int(v) if v is not None else None
 
 
+def place_writer(rec_pid, cpu):
+    """Move the recorder's committing thread (every thread but the sampling
+    one) to `cpu`: a machine with spare cores runs it beside the sampler,
+    and on two cores a commit would otherwise take the sampler's own core
+    for milliseconds. Returns once done, or when the recorder has exited."""
+    if not pin(cpu):
+        return
+    task = "/proc/%d/task" % rec_pid
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        try:
+            tids = [int(t) for t in os.listdir(task) if int(t) != rec_pid]
+        except OSError:
+            return
+        if tids:
+            for tid in tids:
+                subprocess.run(["taskset", "-p", "-c", str(cpu), str(tid)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            return
+        time.sleep(0.002)
+
+
 def record(args, pid, rate, secs, blocking, db):
     cmd = pin(1) + [args.record, "-q", "-f", "-o", db, "-p", str(pid), "-r", str(rate),
                     "-d", str(secs)] + (["--blocking"] if blocking else [])
-    subprocess.run(cmd, check=True)
+    p = subprocess.Popen(cmd)
+    place_writer(p.pid, 0)
+    if p.wait() != 0:
+        raise subprocess.CalledProcessError(p.returncode, cmd)
     return info(args.report, db)
 
 
@@ -69,30 +96,51 @@ def wake_floor():
     return ((r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)) / 2000 * 1e6
 
 
+# A rate no recorder reaches: samples are taken back to back, with no wait
+# between them, so the work per sample is measured with warm caches and no
+# timer wake-up, as when sampling at 100 kHz.
+BACK_TO_BACK_HZ = 1000000
+
+
 def cpu_per_sample(args, py, tmp):
-    print("\n## Recorder cost per sample at 1 kHz (%s)" % py)
-    print("work: wall time inside sampling passes (reads, walk, trace), per sample;")
-    print("total: the recorder's CPU time while sampling, per sample, timer wake-ups included")
-    print("%-6s %-12s %8s %10s %10s %10s" % ("depth", "mode", "samples", "work us", "total us",
-                                           "reads/smp"))
+    print("\n## Recorder cost per sample (%s), medians of %d recordings of %gs"
+          % (py, args.cpu_repeat, args.secs))
+    print("work: time inside sampling passes (reads, walk, state, queueing the sample), per "
+          "sample;")
+    print("total: the recorder's whole CPU time (both its threads), per sample, timer "
+          "wake-ups and commits included")
+    print("rate 'max': samples back to back, no waits (the cost that bounds the highest rate)")
+    print("%-6s %-12s %6s %8s %10s %10s %10s" % ("depth", "mode", "rate", "samples", "work us",
+                                               "total us", "reads/smp"))
     rows = []
     for depth in (30, 100):
         w = start_workload(py, depth)
         try:
             for blocking in (False, True):
-                db = os.path.join(tmp, "cpu.db")
-                inf = record(args, w.pid, 1000, args.secs, blocking, db)
-                samples = inf["samples"]
-                cpu = meta_int(inf, "recorder_cpu_ns")
-                work = meta_int(inf, "sampling_ns")
-                reads = meta_int(inf, "memory_reads")
-                us = cpu / samples / 1000.0 if samples else float("nan")
-                wus = work / samples / 1000.0 if samples and work else float("nan")
-                rps = reads / samples if samples and reads is not None else float("nan")
-                mode = "blocking" if blocking else "nonblocking"
-                print("%-6d %-12s %8d %10.2f %10.2f %10.2f" % (depth, mode, samples, wus, us,
-                                                             rps))
-                rows.append((depth, mode, us))
+                for rate in (1000, BACK_TO_BACK_HZ):
+                    runs = []
+                    for _ in range(args.cpu_repeat):
+                        db = os.path.join(tmp, "cpu.db")
+                        inf = record(args, w.pid, rate, args.secs, blocking, db)
+                        samples = inf["samples"]
+                        cpu = meta_int(inf, "recorder_cpu_ns")
+                        work = meta_int(inf, "sampling_ns")
+                        reads = meta_int(inf, "memory_reads")
+                        if not samples:
+                            continue
+                        runs.append((work / samples / 1000.0, cpu / samples / 1000.0,
+                                     reads / samples, samples))
+                    if not runs:
+                        continue
+                    wus = statistics.median(r[0] for r in runs)
+                    us = statistics.median(r[1] for r in runs)
+                    rps = statistics.median(r[2] for r in runs)
+                    n = int(statistics.median(r[3] for r in runs))
+                    mode = "blocking" if blocking else "nonblocking"
+                    label = "max" if rate == BACK_TO_BACK_HZ else "%dk" % (rate // 1000)
+                    print("%-6d %-12s %6s %8d %10.2f %10.2f %10.2f" % (depth, mode, label, n, wus,
+                                                                     us, rps))
+                    rows.append((depth, mode, rate, wus, us))
         finally:
             w.kill()
             w.wait()
@@ -127,10 +175,14 @@ def slowdown(args, py, tmp):
         for name, prof in configs:
             times[name].append(timed_run(py, 30, iters, prof))
     base = statistics.median(times["unprofiled"])
-    print("%-22s %10s %10s" % ("config", "median s", "slowdown"))
+    print("slowdown: of the medians; paired: median over rounds of (run / unprofiled run of "
+          "the same round)")
+    print("%-22s %10s %10s %10s" % ("config", "median s", "slowdown", "paired"))
     for name, _ in configs:
         m = statistics.median(times[name])
-        print("%-22s %10.3f %9.2f%%" % (name, m, 100.0 * (m / base - 1)))
+        paired = statistics.median(t / u for t, u in zip(times[name], times["unprofiled"]))
+        print("%-22s %10.3f %9.2f%% %9.2f%%" % (name, m, 100.0 * (m / base - 1),
+                                               100.0 * (paired - 1)))
 
 
 def max_rate(args, py, tmp):
@@ -160,16 +212,18 @@ def main():
     ap.add_argument("--python", action="append",
                     help="interpreter(s) to measure (default: pyenv 3.12, 3.11 and 3.9)")
     ap.add_argument("--secs", type=float, default=5.0, help="recording length for CPU/sample")
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--cpu-repeat", type=int, default=3, help="recordings per CPU/sample figure")
+    ap.add_argument("--repeat", type=int, default=9, help="rounds of slowdown runs")
     ap.add_argument("--work", type=float, default=2.0, help="seconds of work per slowdown run")
     ap.add_argument("--rate-secs", type=float, default=10.0)
     ap.add_argument("--rates", type=lambda s: [int(x) for x in s.split(",")],
-                    default=[1000, 10000, 20000, 50000, 100000, 150000, 200000])
+                    default=[1000, 10000, 20000, 50000, 80000, 100000, 120000, 150000, 200000])
     ap.add_argument("--quick", action="store_true", help="shorter runs, for a smoke test")
     ap.add_argument("--skip", default="", help="comma list of: cpu,slowdown,rate")
     args = ap.parse_args()
     if args.quick:
         args.secs, args.repeat, args.work, args.rate_secs = 2.0, 3, 0.5, 2.0
+        args.cpu_repeat = 1
     root = os.path.expanduser("~/.pyenv/versions")
     pys = args.python or [os.path.join(root, v, "bin", "python")
                           for v in ("3.12.1", "3.11.7", "3.9.18")
