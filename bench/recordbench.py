@@ -185,24 +185,60 @@ def slowdown(args, py, tmp):
                                                100.0 * (paired - 1)))
 
 
+def stalls(args, secs, tolerance_ns):
+    """Gaps longer than tolerance_ns seen by a thread that only reads the clock
+    on the recorder's CPU for secs (bench/stallcheck.c), or None."""
+    if not args.stallcheck or not os.path.exists(args.stallcheck):
+        return None
+    out = subprocess.run(pin(1) + [args.stallcheck, str(secs), str(int(tolerance_ns))],
+                         stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout
+    for line in out.splitlines():
+        if line.startswith("gaps_over_"):
+            return int(line.split()[1])
+    return None
+
+
 def max_rate(args, py, tmp):
     print("\n## Highest rate sustained for %gs with no missed deadline, depth 30, "
           "nonblocking (%s)" % (args.rate_secs, py))
+    print("missed: sampling slots the recorder could not sample in (a sample is due within "
+          "its period;")
+    print("its time is jittered by a quarter period, so it is missed when late by 3/4 period "
+          "or more)")
+    print("stalls: for the same time just before, how often a thread that only spins on the "
+          "clock")
+    print("on the recorder's CPU lost that CPU for longer than 3/4 period (the machine's own "
+          "floor)")
+    print("%8s %9s %8s %9s %8s" % ("rate Hz", "samples", "missed", "sampled", "stalls"))
     w = start_workload(py, 30)
     best = 0
+    best_floor = 0
     try:
         for rate in args.rates:
+            floor = stalls(args, args.rate_secs, 0.75e9 / rate)
             db = os.path.join(tmp, "rate.db")
             inf = record(args, w.pid, rate, args.rate_secs, False, db)
-            late = meta_int(inf, "missed_deadlines")
-            print("%8d Hz: %d samples, %s missed deadlines" % (rate, inf["samples"], late))
-            if late:
-                break
-            best = rate
+            late = meta_int(inf, "missed_deadlines") or 0
+            n = inf["samples"]
+            print("%8d %9d %8d %8.3f%% %8s" % (rate, n, late, 100.0 * n / max(n + late, 1),
+                                              "-" if floor is None else floor))
+            if late == 0 and best == rate_prev(args.rates, rate):
+                best = rate
+            if floor is not None and late <= floor and best_floor == rate_prev(args.rates, rate):
+                best_floor = rate
     finally:
         w.kill()
         w.wait()
-    print("highest sustained: %d Hz" % best)
+    print("highest sustained with no missed deadline: %s" % ("%d Hz" % best if best else "none"))
+    print("highest sustained missing no more slots than the machine stalled: %s"
+          % ("%d Hz" % best_floor if best_floor else "none"))
+
+
+def rate_prev(rates, rate):
+    """The rate tried before `rate` (0 for the first): a rate counts only when
+    every lower one held too."""
+    i = rates.index(rate)
+    return rates[i - 1] if i else 0
 
 
 def main():
@@ -218,9 +254,14 @@ def main():
     ap.add_argument("--rate-secs", type=float, default=10.0)
     ap.add_argument("--rates", type=lambda s: [int(x) for x in s.split(",")],
                     default=[1000, 10000, 20000, 50000, 80000, 100000, 120000, 150000, 200000])
+    ap.add_argument("--stallcheck", help="path of pyflame-stallcheck (default: beside "
+                    "--record's build, bench/pyflame-stallcheck)")
     ap.add_argument("--quick", action="store_true", help="shorter runs, for a smoke test")
     ap.add_argument("--skip", default="", help="comma list of: cpu,slowdown,rate")
     args = ap.parse_args()
+    if not args.stallcheck:
+        args.stallcheck = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+            args.record))), "bench", "pyflame-stallcheck")
     if args.quick:
         args.secs, args.repeat, args.work, args.rate_secs = 2.0, 3, 0.5, 2.0
         args.cpu_repeat = 1
