@@ -172,8 +172,10 @@ struct code_entry {
         int32_t firsttraceable; /* code units, -1 when unknown */
         uint64_t code_bytes;    /* length of the bytecode, 0 when unknown */
         struct lt_map lines;
-        bool shim;        /* the 3.13+ _Py_InitCleanup "__init__" shim */
-        bool short_lived; /* a module body or run-time compiled code: re-checked every sample */
+        int64_t last_off;  /* the last offset looked up in lines (INT64_MIN: none)... */
+        int32_t last_line; /* ...and its line: the frames below the leaf rarely move */
+        bool shim;         /* the 3.13+ _Py_InitCleanup "__init__" shim */
+        bool short_lived;  /* a module body or run-time compiled code: re-checked every sample */
         uint64_t *tlbc;
         uint32_t n_tlbc;
         uint64_t checked_sample; /* last sample that compared it with its object */
@@ -267,6 +269,31 @@ static int fetch(struct pywalk *w, uint64_t addr, void *dst, size_t len)
         }
         p->used = true;
         memcpy(dst, s->buf + p->off + (addr - p->addr), len);
+        return 0;
+}
+
+/*
+ * fetch() without the copy: *out points into the snapshot, valid until the
+ * next read that misses it (which may move the buffer).
+ */
+static int fetch_ptr(struct pywalk *w, uint64_t addr, size_t len, const uint8_t **out)
+{
+        struct snap *s = &w->snap;
+        struct span *p = snap_find(s, addr, len);
+        if (!p) {
+                int rc = snap_reserve(s, 1, len);
+                if (rc < 0)
+                        return rc;
+                rc = memsrc_read(w->m, addr, s->buf + s->len, len);
+                if (rc < 0)
+                        return rc;
+                p = &s->v[s->n++];
+                *p = (struct span){.addr = addr, .len = len, .off = s->len};
+                s->len += len;
+                s->hint = s->n - 1;
+        }
+        p->used = true;
+        *out = s->buf + p->off + (addr - p->addr);
         return 0;
 }
 
@@ -698,6 +725,7 @@ static int code_build(struct pywalk *w, uint64_t addr, const struct code_head *h
         struct code_entry *e = calloc(1, sizeof(*e));
         if (!e)
                 return -ENOMEM;
+        e->last_off = INT64_MIN;
         char *text[4] = {0};
         size_t len[4] = {0};
         for (int i = 0; i < 4; i++) {
@@ -923,12 +951,29 @@ static int tlbc_base(struct pywalk *w, struct code_entry *e, int32_t idx, uint64
 /* ---- frames ----------------------------------------------------------------- */
 
 /* Byte offset of the frame's instruction in its code, or INT64_MIN to skip the frame. */
-static int frame_offset(struct pywalk *w, const uint8_t *fr, uint64_t code, struct code_entry **pe,
-                        uint8_t owner, int64_t *off)
+/* What frame_offset() needs of a frame, taken out of it before anything else is read. */
+struct frame_pos {
+        uint64_t ip;   /* PYL_LASTI_POINTER: the instruction pointer */
+        int32_t lasti; /* otherwise: f_lasti / prev_instr index */
+        int32_t tlbc;  /* 3.14t: the thread-local bytecode index */
+};
+
+static void frame_pos_get(const struct pylayout *L, const uint8_t *fr, struct frame_pos *p)
+{
+        *p = (struct frame_pos){0};
+        if (L->lasti == PYL_LASTI_POINTER)
+                p->ip = rd64(fr + L->fr_lasti);
+        else
+                p->lasti = rd32(fr + L->fr_lasti);
+        p->tlbc = L->fr_tlbc_index >= 0 ? rd32(fr + L->fr_tlbc_index) : 0;
+}
+
+static int frame_offset(struct pywalk *w, const struct frame_pos *pos, uint64_t code,
+                        struct code_entry **pe, uint8_t owner, int64_t *off)
 {
         const struct pylayout *L = &w->L;
         if (L->lasti != PYL_LASTI_POINTER) {
-                int32_t lasti = rd32(fr + L->fr_lasti);
+                int32_t lasti = pos->lasti;
                 int64_t o = lasti < 0                     ? -1
                             : L->lasti == PYL_LASTI_UNITS ? 2 * (int64_t)lasti
                                                           : lasti;
@@ -941,8 +986,8 @@ static int frame_offset(struct pywalk *w, const uint8_t *fr, uint64_t code, stru
                 *off = o;
                 return 0;
         }
-        uint64_t ip = rd64(fr + L->fr_lasti);
-        int32_t idx = L->fr_tlbc_index >= 0 ? rd32(fr + L->fr_tlbc_index) : 0;
+        uint64_t ip = pos->ip;
+        int32_t idx = pos->tlbc;
         for (int attempt = 0;; attempt++) {
                 struct code_entry *e = *pe;
                 uint64_t base = code + (uint64_t)L->co_code_adaptive;
@@ -1039,8 +1084,14 @@ static int walk_pass(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uint3
                         if ((rc = chunk_load(w, chunk, 0, &older_chunk)) < 0)
                                 return rc;
                 }
-                uint8_t fr[FRAME_BUF];
-                rc = fetch(w, addr, fr, L->fr_read);
+                /*
+                 * Read in place, not copied: loading fields from a copy just
+                 * made stalls on store forwarding. The pointer is good until
+                 * the next read that misses the snapshot (code_get), so
+                 * everything needed is taken from it before.
+                 */
+                const uint8_t *fr;
+                rc = fetch_ptr(w, addr, L->fr_read, &fr);
                 if (rc < 0)
                         return fatal_read(rc) ? rc : PYWALK_TORN;
                 last = addr;
@@ -1057,6 +1108,9 @@ static int walk_pass(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uint3
                         return PYWALK_TORN;
                 uint64_t code = rd64(fr + L->fr_code) & L->fr_code_mask;
                 uint8_t owner = L->fr_owner >= 0 ? fr[L->fr_owner] : 0;
+                struct frame_pos pos;
+                frame_pos_get(L, fr, &pos);
+                fr = NULL;
                 /*
                  * 3.11+: the same for a generator's embedded frame, whose
                  * `previous` is cleared when it yields. A thread's stack never
@@ -1077,14 +1131,18 @@ static int walk_pass(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uint3
                 if (check && w->n_pending < MAX_STEPS)
                         w->pending[w->n_pending++] = e;
                 int64_t off;
-                if ((rc = frame_offset(w, fr, code, &e, owner, &off)) < 0)
+                if ((rc = frame_offset(w, &pos, code, &e, owner, &off)) < 0)
                         return rc;
                 if (off == INT64_MIN || e->shim)
                         continue; /* not started yet, or the __init__ shim */
                 if (*depth == PYWALK_MAX_DEPTH)
                         return PYWALK_TORN;
                 w->frames[*depth].code = &e->pub;
-                w->frames[*depth].line = lt_map_lookup(&e->lines, off);
+                if (off != e->last_off) {
+                        e->last_line = lt_map_lookup(&e->lines, off);
+                        e->last_off = off;
+                }
+                w->frames[*depth].line = e->last_line;
                 (*depth)++;
         }
         /* 3.15: every complete stack ends at the thread's base frame. */
