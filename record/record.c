@@ -766,6 +766,16 @@ int main(int argc, char **argv)
                 o.output = outbuf;
         }
 
+        /*
+         * Two descriptors per sampled thread (its /proc stat file and its
+         * context-switch ring): take the whole hard limit on open files,
+         * after the program (spawn mode) was started with the usual one.
+         */
+        struct rlimit nofile;
+        if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+                nofile.rlim_cur = nofile.rlim_max;
+                setrlimit(RLIMIT_NOFILE, &nofile);
+        }
         /* Find every interpreter before creating the file: errors come first. */
         int rc, status = EXIT_OK;
         for (size_t i = 0; i < o.n_pids; i++) {
