@@ -7,7 +7,9 @@ with a ~30-deep and a ~100-deep Python stack:
      as pyflame-record measures it around its sampling loop (meta
      recorder_cpu_ns / samples), and memory reads per sample;
   2. the workload's slowdown against an unprofiled run, at 100 Hz and 1 kHz,
-     both modes (fixed work, runs interleaved, medians);
+     both modes: by runs of fixed work (interleaved, medians), and by
+     alternation (one workload, the recorder attached and detached in turn:
+     the finer measure on a noisy machine);
   3. the highest rate sustained for 10 s with no missed deadline.
 The workload runs on CPU 0 and the recorder's sampling thread on CPU 1
 (taskset), so the two do not share a core; the recorder's committing thread
@@ -185,6 +187,76 @@ def slowdown(args, py, tmp):
                                                100.0 * (paired - 1)))
 
 
+def onoff(args, py, tmp):
+    """Slowdown by alternation: one long-running workload reports its work
+    every 50 ms while the recorder attaches for ON seconds and stays away for
+    OFF seconds, cycle after cycle. Each cycle compares the work rate with the
+    recorder attached to the rate just before and just after it, so slow
+    drifts of the machine (other guests, frequency) cancel out, which runs of
+    a fixed amount of work, minutes apart, cannot do."""
+    print("\n## Workload slowdown by alternation, depth 30 (%s): %d cycles of %gs attached, "
+          "%gs not" % (py, args.cycles, args.on_secs, args.off_secs))
+    print("per cycle: rate of work while detached (before and after) / rate while attached - 1;")
+    print("median over cycles, with the interquartile range; the recorder wholly on CPU 1")
+    import threading
+    configs = [(rate, blocking) for rate in (100, 1000) for blocking in (False, True)]
+    total = len(configs) * args.cycles * (args.on_secs + args.off_secs) + args.off_secs + 5
+    w = subprocess.Popen(pin(0) + [py, DEEP, "30", "-T", str(total)], stdout=subprocess.PIPE,
+                         universal_newlines=True)
+    assert w.stdout.readline().strip() == "ready"
+    points = []
+
+    def reader():
+        for line in w.stdout:
+            t, n = line.split()
+            points.append((float(t), int(n)))
+
+    th = threading.Thread(target=reader)
+    th.daemon = True
+    th.start()
+    time.sleep(args.off_secs)
+
+    def rate(t0, t1):
+        # Work per second over the reports that fall wholly inside [t0, t1].
+        sel = [(t, n) for t, n in points if t0 <= t <= t1]
+        if len(sel) < 3:
+            return None
+        return sum(n for _, n in sel[1:]) / (sel[-1][0] - sel[0][0])
+
+    print("%-22s %10s %12s" % ("config", "slowdown", "IQR"))
+    db = os.path.join(tmp, "onoff.db")
+    try:
+        for rate_hz, blocking in configs:
+            ratios = []
+            for _ in range(args.cycles):
+                before0 = time.monotonic() - args.off_secs + 0.2
+                before1 = time.monotonic()
+                cmd = pin(1) + [args.record, "-q", "-f", "-o", db, "-p", str(w.pid), "-r",
+                                str(rate_hz), "-d", str(args.on_secs)] + \
+                    (["--blocking"] if blocking else [])
+                t0 = time.monotonic()
+                subprocess.run(cmd, check=True)
+                t1 = time.monotonic()
+                time.sleep(args.off_secs)
+                t2 = time.monotonic()
+                off = [r for r in (rate(before0, before1), rate(t1 + 0.2, t2)) if r]
+                on = rate(t0 + 0.3, t1 - 0.05)
+                if on and off:
+                    ratios.append(statistics.mean(off) / on - 1)
+            ratios.sort()
+            name = "%s %d Hz" % ("blocking" if blocking else "nonblocking", rate_hz)
+            if not ratios:
+                print("%-22s %10s" % (name, "-"))
+                continue
+            q1 = ratios[len(ratios) // 4]
+            q3 = ratios[(3 * len(ratios)) // 4]
+            print("%-22s %9.2f%% %5.2f..%.2f%%" % (name, 100 * statistics.median(ratios), 100 * q1,
+                                                 100 * q3))
+    finally:
+        w.kill()
+        w.wait()
+
+
 def stalls(args, secs, tolerance_ns):
     """Gaps longer than tolerance_ns seen by a thread that only reads the clock
     on the recorder's CPU for secs (bench/stallcheck.c), or None."""
@@ -257,7 +329,11 @@ def main():
     ap.add_argument("--stallcheck", help="path of pyflame-stallcheck (default: beside "
                     "--record's build, bench/pyflame-stallcheck)")
     ap.add_argument("--quick", action="store_true", help="shorter runs, for a smoke test")
-    ap.add_argument("--skip", default="", help="comma list of: cpu,slowdown,rate")
+    ap.add_argument("--skip", default="", help="comma list of: cpu,slowdown,onoff,rate")
+    ap.add_argument("--cycles", type=int, default=15, help="attach/detach cycles per config "
+                    "of the alternation slowdown")
+    ap.add_argument("--on-secs", type=float, default=2.0)
+    ap.add_argument("--off-secs", type=float, default=2.0)
     args = ap.parse_args()
     if not args.stallcheck:
         args.stallcheck = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
@@ -265,6 +341,7 @@ def main():
     if args.quick:
         args.secs, args.repeat, args.work, args.rate_secs = 2.0, 3, 0.5, 2.0
         args.cpu_repeat = 1
+        args.cycles = 3
     root = os.path.expanduser("~/.pyenv/versions")
     pys = args.python or [os.path.join(root, v, "bin", "python")
                           for v in ("3.12.1", "3.11.7", "3.9.18")
@@ -279,6 +356,8 @@ def main():
             cpu_per_sample(args, py, tmp)
         if "slowdown" not in skip:
             slowdown(args, py, tmp)
+        if "onoff" not in skip:
+            onoff(args, py, tmp)
         if "rate" not in skip:
             max_rate(args, py, tmp)
     return 0

@@ -1,6 +1,8 @@
 # CPU-bound workload with a stack of a chosen depth, for the recorder
 # benchmark. Usage: deep.py DEPTH SECONDS      run for a time (0: forever)
 #                   deep.py DEPTH -N ITERS     do a fixed amount of work, print seconds taken
+#                   deep.py DEPTH -T SECONDS   run for a time, printing "MONOTONIC_TIME COUNT"
+#                                              every ~50 ms: units of work done since the last line
 import sys
 import time
 
@@ -25,6 +27,27 @@ def main():
         t0 = time.time()
         recurse(depth - 2, lambda: [leaf(1000) for _ in range(iters)])
         sys.stdout.write("%.6f\n" % (time.time() - t0))
+        return
+    if sys.argv[2] == "-T":
+        end = time.monotonic() + float(sys.argv[3])
+        sys.stdout.write("ready\n")
+        sys.stdout.flush()
+
+        def report():
+            n, mark = 0, time.monotonic() + 0.05
+            while True:
+                leaf(1000)
+                n += 1
+                if n % 16 == 0:
+                    now = time.monotonic()
+                    if now >= mark:
+                        sys.stdout.write("%.6f %d\n" % (now, n))
+                        sys.stdout.flush()
+                        n, mark = 0, now + 0.05
+                        if now >= end:
+                            return
+
+        recurse(depth - 2, report)
         return
     secs = float(sys.argv[2])
     sys.stdout.write("ready\n")
