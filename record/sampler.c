@@ -666,10 +666,43 @@ int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
 
 /* ---- dump ------------------------------------------------------------- */
 
+struct dump_name {
+        int64_t interp_id;
+        uint64_t thread_id;
+        char *name;
+};
+
 struct dump_ctx {
         struct sampler *s;
         FILE *out;
+        struct dump_name *names; /* threading's names, read before the stacks */
+        size_t n_names, cap_names;
 };
+
+static void dump_on_name(void *ctx, int64_t interp_id, uint64_t thread_id, const char *name)
+{
+        struct dump_ctx *d = ctx;
+        if (d->n_names == d->cap_names) {
+                size_t cap = d->cap_names ? 2 * d->cap_names : 16;
+                struct dump_name *p = realloc(d->names, cap * sizeof(*p));
+                if (!p)
+                        return;
+                d->names = p;
+                d->cap_names = cap;
+        }
+        char *copy = strdup(name);
+        if (copy)
+                d->names[d->n_names++] = (struct dump_name){interp_id, thread_id, copy};
+}
+
+static const char *dump_name_of(const struct dump_ctx *d, const struct pywalk_thread *th)
+{
+        for (size_t i = 0; i < d->n_names; i++)
+                if (d->names[i].thread_id == th->thread_id &&
+                    d->names[i].interp_id == th->interp_id)
+                        return d->names[i].name;
+        return NULL;
+}
 
 static int dump_thread(void *ctx, const struct pywalk_thread *th)
 {
@@ -680,7 +713,10 @@ static int dump_thread(void *ctx, const struct pywalk_thread *th)
                 return -ENOMEM;
         thread_bind_tid(s, t, th->native_tid);
         int running = t->stat_fd >= 0 ? procfs_thread_running(t->stat_fd) : -1;
+        const char *tname = dump_name_of(d, th);
         fprintf(d->out, "Thread %#llx", (unsigned long long)th->thread_id);
+        if (tname)
+                fprintf(d->out, " \"%s\"", tname);
         if (t->host_tid > 0)
                 fprintf(d->out, " (tid %d)", (int)t->host_tid);
         fprintf(d->out, " %s%s\n",
@@ -710,15 +746,23 @@ int sampler_dump(struct sampler *s, FILE *out, char *err, size_t errlen)
                 cmdline[0] = 0;
         fprintf(out, "Process %d: %s\nPython v%s (%s)\n\n", (int)s->pid, cmdline, s->version,
                 s->target.elf_path);
-        struct dump_ctx d = {s, out};
+        struct dump_ctx d = {s, out, NULL, 0, 0};
+        pywalk_thread_names(s->walk, dump_on_name, &d); /* none is fine */
         if (s->blocking) {
                 int rc = stopper_stop(&s->stop, s->pid, err, errlen);
-                if (rc < 0)
+                if (rc < 0) {
+                        for (size_t i = 0; i < d.n_names; i++)
+                                free(d.names[i].name);
+                        free(d.names);
                         return rc;
+                }
         }
         int rc = pywalk_sample(s->walk, dump_thread, &d);
         if (s->blocking)
                 stopper_resume(&s->stop);
+        for (size_t i = 0; i < d.n_names; i++)
+                free(d.names[i].name);
+        free(d.names);
         if (rc < 0) {
                 snprintf(err, errlen, "cannot read process %d: %s", (int)s->pid, strerror(-rc));
                 return rc;

@@ -505,6 +505,20 @@ def test_dump(r, label, py, mode):
     finally:
         target.kill()
         target.wait()
+    # Threads are shown under the names threading gave them.
+    target = subprocess.Popen([py, os.path.join(WORK, "threads.py"), "5"])
+    try:
+        time.sleep(1.0)
+        p = subprocess.run([r.record, "--dump", "-p", str(target.pid)] + mode_flags(mode),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=30)
+        r.check("%s %s --dump names the threads" % (label, mode),
+                p.returncode == 0 and all('"%s"' % n in p.stdout for n in
+                                          ("worker_one", "worker_two", "sleeper", "MainThread")),
+                "rc=%d out=%r" % (p.returncode, p.stdout[:600]))
+    finally:
+        target.kill()
+        target.wait()
 
 
 def run_in_pty(argv, timeout=30):
