@@ -33,7 +33,7 @@ struct sources;
 struct tsink *tsink_new(struct trace_writer *w);
 
 /*
- * Start the committing thread: it applies queued samples every few
+ * Start the committing thread: it applies queued samples every 50
  * milliseconds, reads queued source files of `src` (may be NULL) and
  * commits every `flush_ns`. Returns 0 or a negative errno.
  */

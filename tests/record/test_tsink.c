@@ -73,7 +73,7 @@ static uint32_t new_stack(struct fixture *f, unsigned depth)
         return stack;
 }
 
-/* Queue N_SAMPLES; a new stack every 50,000; sample i has state i % 4. */
+/* Queue N_SAMPLES; a new stack every STACK_EVERY; sample i has state i % 4. */
 static void produce(struct fixture *f, int64_t t0, uint32_t *stacks)
 {
         uint32_t stack = 0;
@@ -151,7 +151,7 @@ static void test_threaded(void **state)
         int64_t t0 = mono_ns();
         produce(&f, t0, stacks);
         /* Let the thread run a few passes and commit before stopping. */
-        struct timespec ts = {0, 60000000};
+        struct timespec ts = {0, 160000000};
         nanosleep(&ts, NULL);
         tsink_lock(f.k);
         int seen = jobs_run;
