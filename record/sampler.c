@@ -34,6 +34,9 @@
  */
 #define NAMES_PERIOD_NS     1000000000
 #define NAMES_NEW_THREAD_NS 50000000
+/* A thread still unnamed this long after it appeared is looked up this often. */
+#define NAMES_RETRY_FOR_NS 5000000000LL
+#define NAMES_RETRY_NS     200000000
 
 /* A Python thread we have seen, keyed by (tstate address, thread id). */
 struct sthread {
@@ -48,6 +51,7 @@ struct sthread {
         int seed;            /* /proc's state read just after cs was opened */
         int running;         /* last state read: 1 on CPU, 0 not, -1 unknown */
         uint64_t seen_tick;
+        int64_t born_ns; /* first seen */
 };
 
 /* One entry of the whole-stack cache. */
@@ -282,6 +286,7 @@ static struct sthread *thread_append(struct sampler *s, const struct pywalk_thre
         t->stat_fd = -1;
         t->cs = NULL;
         t->running = -1;
+        t->born_ns = s->tick_ns;
         return t;
 }
 
@@ -408,8 +413,23 @@ static int names_refresh(struct sampler *s, struct pywalk *walk, int64_t now_ns)
 static void names_job(void *ctx, int64_t now_ns)
 {
         struct sampler *s = ctx;
-        if (now_ns >= atomic_load_explicit(&s->names_due_ns, memory_order_relaxed))
-                names_refresh(s, s->names_walk, now_ns); /* a failed rename is not fatal */
+        if (now_ns < atomic_load_explicit(&s->names_due_ns, memory_order_relaxed))
+                return;
+        names_refresh(s, s->names_walk, now_ns); /* a failed rename is not fatal */
+        /*
+         * A thread seen in the last few seconds and still unnamed (threading
+         * had not registered it yet, or a read raced with the program): try
+         * again soon rather than in a second.
+         */
+        for (size_t i = 0; i < s->n_threads; i++) {
+                const struct sthread *t = &s->threads[i];
+                if (!t->name && now_ns - t->born_ns < NAMES_RETRY_FOR_NS) {
+                        int64_t soon = now_ns + NAMES_RETRY_NS;
+                        if (atomic_load_explicit(&s->names_due_ns, memory_order_relaxed) > soon)
+                                atomic_store_explicit(&s->names_due_ns, soon, memory_order_relaxed);
+                        break;
+                }
+        }
 }
 
 /* ---- frames and stacks ------------------------------------------------ */
