@@ -348,13 +348,17 @@ static int thread_register(struct sampler *s, struct sthread *t)
 {
         if (t->ref || !s->k)
                 return 0;
+        /*
+         * The name is read under the lock: names_job may set it meanwhile,
+         * and would not rename a thread that is not registered yet.
+         */
+        tsink_lock(s->k);
         struct trace_thread_desc d = {
             .pid = s->pid,
             .tid = t->host_tid,
             .python_thread_id = t->thread_id,
             .name = t->name,
         };
-        tsink_lock(s->k);
         int rc = trace_writer_add_thread(s->w, &d, &t->ref);
         tsink_unlock(s->k);
         return rc;
