@@ -199,7 +199,9 @@ def onoff(args, py, tmp):
     print("per cycle: rate of work while detached (before and after) / rate while attached - 1;")
     print("median over cycles, with the interquartile range; the recorder wholly on CPU 1")
     import threading
-    configs = [(rate, blocking) for rate in (100, 1000) for blocking in (False, True)]
+    # rate 0: the sham, `sleep` in place of the recorder: the noise floor of the method.
+    configs = [(0, False)] + [(rate, blocking) for rate in (100, 1000)
+                              for blocking in (False, True)]
     total = len(configs) * args.cycles * (args.on_secs + args.off_secs) + args.off_secs + 5
     w = subprocess.Popen(pin(0) + [py, DEEP, "30", "-T", str(total)], stdout=subprocess.PIPE,
                          universal_newlines=True)
@@ -234,6 +236,8 @@ def onoff(args, py, tmp):
                 cmd = pin(1) + [args.record, "-q", "-f", "-o", db, "-p", str(w.pid), "-r",
                                 str(rate_hz), "-d", str(args.on_secs)] + \
                     (["--blocking"] if blocking else [])
+                if not rate_hz:
+                    cmd = pin(1) + ["sleep", str(args.on_secs)]
                 t0 = time.monotonic()
                 subprocess.run(cmd, check=True)
                 t1 = time.monotonic()
@@ -245,6 +249,8 @@ def onoff(args, py, tmp):
                     ratios.append(statistics.mean(off) / on - 1)
             ratios.sort()
             name = "%s %d Hz" % ("blocking" if blocking else "nonblocking", rate_hz)
+            if not rate_hz:
+                name = "sham (no recorder)"
             if not ratios:
                 print("%-22s %10s" % (name, "-"))
                 continue

@@ -332,7 +332,8 @@ static int fetch_batch(struct pywalk *w, const struct memsrc_iov *want, size_t n
         for (size_t i = 0; i < n; i++)
                 bytes += want[i].len;
         int rc = snap_reserve(s, n, bytes);
-        struct memsrc_iov *iov = rc == 0 ? malloc(n * sizeof(*iov)) : NULL;
+        struct memsrc_iov siov[8];
+        struct memsrc_iov *iov = rc < 0 ? NULL : n <= 8 ? siov : malloc(n * sizeof(*iov));
         if (!iov)
                 return -ENOMEM;
         size_t off = s->len;
@@ -348,7 +349,8 @@ static int fetch_batch(struct pywalk *w, const struct memsrc_iov *want, size_t n
                     .addr = iov[i].addr, .len = iov[i].len, .off = s->len, .used = true};
                 s->len += iov[i].len;
         }
-        free(iov);
+        if (iov != siov)
+                free(iov);
         for (size_t i = 0; rc == 0 && i < n; i++)
                 rc = fetch(w, want[i].addr, want[i].buf, want[i].len);
         return rc;
@@ -427,7 +429,16 @@ static void snap_end(struct pywalk *w)
                 s->next[n++] = s->v[i];
                 bytes += s->v[i].len;
         }
-        qsort(s->next, n, sizeof(*s->next), span_cmp);
+        /* A handful of spans, in nearly the same order every sample: insertion sort. */
+        if (n > 64)
+                qsort(s->next, n, sizeof(*s->next), span_cmp);
+        for (size_t i = 1; n <= 64 && i < n; i++) {
+                struct span x = s->next[i];
+                size_t j = i;
+                for (; j > 0 && span_cmp(&s->next[j - 1], &x) > 0; j--)
+                        s->next[j] = s->next[j - 1];
+                s->next[j] = x;
+        }
         for (size_t i = 0; i < n; i++) {
                 struct span *last = s->n_next ? &s->next[s->n_next - 1] : NULL;
                 uint64_t end = s->next[i].addr + s->next[i].len;
@@ -855,8 +866,12 @@ static int code_verify_pending(struct pywalk *w)
         int32_t lo, hi;
         code_id_window(L, &lo, &hi);
         size_t len = (size_t)(hi - lo), n = w->n_pending;
-        uint8_t *buf = malloc(n * len);
-        struct memsrc_iov *iov = malloc(n * sizeof(*iov));
+        /* Usually one or two entries (a module body is checked every sample): no malloc. */
+        uint8_t sbuf[1024];
+        struct memsrc_iov siov[8];
+        bool small = n <= 8 && n * len <= sizeof(sbuf);
+        uint8_t *buf = small ? sbuf : malloc(n * len);
+        struct memsrc_iov *iov = small ? siov : malloc(n * sizeof(*iov));
         int rc = buf && iov ? 0 : -ENOMEM;
         for (size_t i = 0; rc == 0 && i < n; i++)
                 iov[i] =
@@ -873,8 +888,10 @@ static int code_verify_pending(struct pywalk *w)
                 rc = code_recheck(w, &e); /* rebuilds it under a new id */
                 changed = true;
         }
-        free(buf);
-        free(iov);
+        if (!small) {
+                free(buf);
+                free(iov);
+        }
         if (rc < 0)
                 return fatal_read(rc) ? rc : PYWALK_TORN;
         return changed;
