@@ -250,31 +250,10 @@ struct pywalk {
         size_t next_name_hint;
 };
 
-/* Read [addr, addr+len) into dst, from the snapshot or the target (then kept). */
-static int fetch(struct pywalk *w, uint64_t addr, void *dst, size_t len)
-{
-        struct snap *s = &w->snap;
-        struct span *p = snap_find(s, addr, len);
-        if (!p) {
-                int rc = snap_reserve(s, 1, len);
-                if (rc < 0)
-                        return rc;
-                rc = memsrc_read(w->m, addr, s->buf + s->len, len);
-                if (rc < 0)
-                        return rc;
-                p = &s->v[s->n++];
-                *p = (struct span){.addr = addr, .len = len, .off = s->len};
-                s->len += len;
-                s->hint = s->n - 1;
-        }
-        p->used = true;
-        memcpy(dst, s->buf + p->off + (addr - p->addr), len);
-        return 0;
-}
-
 /*
- * fetch() without the copy: *out points into the snapshot, valid until the
- * next read that misses it (which may move the buffer).
+ * [addr, addr+len) from the snapshot or the target (then kept): *out points
+ * into the snapshot, valid until the next read that misses it (which may
+ * move the buffer).
  */
 static int fetch_ptr(struct pywalk *w, uint64_t addr, size_t len, const uint8_t **out)
 {
@@ -295,6 +274,18 @@ static int fetch_ptr(struct pywalk *w, uint64_t addr, size_t len, const uint8_t 
         p->used = true;
         *out = s->buf + p->off + (addr - p->addr);
         return 0;
+}
+
+/* Read [addr, addr+len) into dst, from the snapshot or the target (then kept). */
+static int fetch(struct pywalk *w, uint64_t addr, void *dst, size_t len)
+{
+        const uint8_t *p;
+        int rc = fetch_ptr(w, addr, len, &p);
+        if (rc == 0)
+                memcpy(dst, p, len);
+        else
+                memset(dst, 0, len); /* defined either way */
+        return rc;
 }
 
 /* Make sure [addr, addr+len) is one span; smaller used spans inside it stop being prefetched. */
