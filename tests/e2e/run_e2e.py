@@ -167,18 +167,19 @@ def test_threads(r, label, py, mode, extra=()):
     if mode == "nonblocking":
         # As root the on-CPU states come from context-switch records, not /proc
         # (a thread that exits is looked up in /proc once or twice).
-        meta = r.info(db)["meta"]
-        samples = r.info(db)["samples"]
+        inf = r.info(db)
+        meta, samples = inf["meta"], inf["samples"]
         proc = int(meta.get("proc_state_reads", -1))
         if os.geteuid() == 0:
             r.check("%s %s threads: states from switch records" % (label, mode),
                     meta.get("switch_events") == "on" and 0 <= proc <= 0.02 * samples,
                     "%d of %d states read from /proc" % (proc, samples))
     elif "--no-switch-events" in extra:
-        meta = r.info(db)["meta"]
+        inf = r.info(db)
+        meta = inf["meta"]
         r.check("%s %s threads: states from /proc" % (label, mode),
                 meta.get("switch_events") == "off" and
-                int(meta.get("proc_state_reads", 0)) >= 0.9 * r.info(db)["samples"])
+                int(meta.get("proc_state_reads", 0)) >= 0.9 * inf["samples"])
     workers = {"worker_one", "worker_two", "worker_three"}
     seen = set()
     sleeper_ok = None
