@@ -1,18 +1,23 @@
 /*
  * readcost.c - what one read of another process costs on this machine.
  *
- * Forks a child that sleeps, then times, against it: process_vm_readv of
- * 8 bytes and of 16 KiB (through memsrc, as the walker does), one batched
- * call of 16 ranges of 8 bytes against 16 single calls, the pread of a
- * thread's /proc stat file on an fd kept open (procfs_thread_state, the
- * sampler's hot path), and the open+read+close it replaces. Prints the
- * best-of-rounds mean per call in nanoseconds. A program, not a test: it
- * prints figures and asserts nothing about them.
+ * Forks a child that spins for ~20 us and sleeps for ~50 us in turn, then
+ * times, against it: process_vm_readv of 8 bytes and of 16 KiB (through
+ * memsrc, as the walker does), one batched call of 16 ranges of 8 bytes
+ * against 16 single calls, the pread of a thread's /proc stat file on an fd
+ * kept open (procfs_thread_state), the open+read+close it replaces, and
+ * cpustate_read (the context-switch ring that replaces the pread on the
+ * sampler's hot path). Prints the best-of-rounds mean per call in
+ * nanoseconds. Then what the context-switch records cost the watched
+ * threads: two processes ping-pong over pipes, with and without a watcher
+ * on each, alternately, medians of 7. A program, not a test: it prints
+ * figures and asserts nothing about them.
  *
  * Usage: pyflame-readcost [iterations]   (default 100000)
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cpustate.h"
 #include "memsrc.h"
 #include "procfs.h"
 
@@ -41,6 +47,7 @@ struct bench_ctx {
         pid_t pid;
         int stat_fd;
         char path[64];
+        struct cpustate *cs;
 };
 
 typedef int (*bench_fn)(struct bench_ctx *c);
@@ -94,6 +101,79 @@ static int stat_open_read_close(struct bench_ctx *c)
         return r > 0 ? 0 : -EIO;
 }
 
+static int switch_ring(struct bench_ctx *c)
+{
+        return cpustate_read(c->cs) == -1 ? -EIO : 0;
+}
+
+/* Two processes ping-pong `n` times over pipes; ns per round trip, watched or not. */
+static double pingpong(long n, bool watched)
+{
+        int ab[2], ba[2];
+        if (pipe(ab) < 0 || pipe(ba) < 0)
+                return -errno;
+        pid_t peer = fork();
+        if (peer == 0) {
+                char b;
+                close(ab[1]);
+                close(ba[0]);
+                while (read(ab[0], &b, 1) == 1 && write(ba[1], &b, 1) == 1)
+                        ;
+                _exit(0);
+        }
+        close(ab[0]);
+        close(ba[1]);
+        struct cpustate *w1 = watched ? cpustate_open(peer) : NULL;
+        struct cpustate *w2 = watched ? cpustate_open(getpid()) : NULL;
+        double per = -ENOTSUP;
+        if (peer > 0 && (!watched || (w1 && w2))) {
+                char b = 'x';
+                double t0 = now_ns();
+                long i = 0;
+                for (; i < n; i++)
+                        if (write(ab[1], &b, 1) != 1 || read(ba[0], &b, 1) != 1)
+                                break;
+                per = i == n ? (now_ns() - t0) / (double)n : -EIO;
+        }
+        cpustate_close(w1);
+        cpustate_close(w2);
+        close(ab[1]); /* the peer reads end of file and exits */
+        close(ba[0]);
+        if (peer > 0)
+                waitpid(peer, NULL, 0);
+        return per;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+        double x = *(const double *)a, y = *(const double *)b;
+        return x < y ? -1 : x > y;
+}
+
+static void switch_cost(long iters)
+{
+        enum { RUNS = 7 };
+        double off[RUNS], on[RUNS];
+        long n = iters / 5 + 1;
+        for (int r = 0; r < RUNS; r++) {
+                off[r] = pingpong(n, false);
+                on[r] = pingpong(n, true);
+                if (off[r] < 0 || on[r] < 0) {
+                        printf("context-switch records: cannot watch here (%s)\n",
+                               strerror((int)-(off[r] < 0 ? off[r] : on[r])));
+                        return;
+                }
+        }
+        qsort(off, RUNS, sizeof(double), cmp_double);
+        qsort(on, RUNS, sizeof(double), cmp_double);
+        printf("\npipe ping-pong between two processes, ns per round trip (median of %d):\n", RUNS);
+        printf("%-52s %12.0f\n", "not watched", off[RUNS / 2]);
+        printf("%-52s %12.0f\n", "both watched (context-switch records)", on[RUNS / 2]);
+        /* Each round trip switches each process out and in once: four records. */
+        printf("%-52s %12.0f\n", "added per context switch of a watched thread",
+               (on[RUNS / 2] - off[RUNS / 2]) / 4);
+}
+
 /* Best-of-ROUNDS mean ns per call of fn; negative errno if a call fails. */
 static double time_it(struct bench_ctx *c, bench_fn fn, long iters)
 {
@@ -129,13 +209,19 @@ int main(int argc, char **argv)
                 /* Touch every page so that none is read for the first time during timing. */
                 for (size_t i = 0; i < sizeof(target_buf); i += 4096)
                         target_buf[i] = 1;
-                pause();
-                _exit(0);
+                /* Switch out and in all the time, as a busy program does. */
+                for (;;) {
+                        double until = now_ns() + 20000;
+                        while (now_ns() < until)
+                                ;
+                        usleep(50);
+                }
         }
         struct bench_ctx c = {.pid = pid};
         memsrc_init_process(&c.mem, pid);
         snprintf(c.path, sizeof(c.path), "/proc/%d/task/%d/stat", (int)pid, (int)pid);
         c.stat_fd = procfs_thread_open(pid, pid);
+        c.cs = cpustate_open(pid);
         usleep(10000);
 
         static const struct {
@@ -149,11 +235,13 @@ int main(int argc, char **argv)
             {"memsrc_read, 16 x 8 bytes (16 calls)", read_16x8_single, 8},
             {"pread of /proc/PID/task/TID/stat, fd kept open", stat_pread, 2},
             {"open+read+close of the same stat file", stat_open_read_close, 4},
+            {"cpustate_read, the context-switch ring", switch_ring, 1},
         };
         int status = 0;
         printf("%-52s %12s\n", "operation", "ns per call");
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-                if (cases[i].fn == stat_pread && c.stat_fd < 0)
+                if ((cases[i].fn == stat_pread && c.stat_fd < 0) ||
+                    (cases[i].fn == switch_ring && !c.cs))
                         continue;
                 double ns = time_it(&c, cases[i].fn, iters / cases[i].divisor + 1);
                 if (ns < 0) {
@@ -165,7 +253,9 @@ int main(int argc, char **argv)
         }
         if (c.stat_fd >= 0)
                 close(c.stat_fd);
+        cpustate_close(c.cs);
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
+        switch_cost(iters);
         return status;
 }

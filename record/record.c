@@ -101,7 +101,7 @@ static void usage(FILE *f)
                 "      --no-source        do not store the source files of sampled code\n"
                 "      --no-switch-events tell running from idle threads by reading /proc for\n"
                 "                         each sample, not from the kernel's context-switch\n"
-                "                         records (which cost the target ~0.4 us per switch)\n"
+                "                         records (which cost the target ~0.3-0.4 us a switch)\n"
                 "      --max-source-bytes N\n"
                 "                         store at most N bytes of source text (default 64M,\n"
                 "                         e.g. 16M, 512k); a file over 1M is never stored\n"
