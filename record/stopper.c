@@ -104,8 +104,24 @@ static int wait_event_stop(pid_t tid, bool leader, long long deadline)
 /* Detach a seized thread; if it is still running, stop it first (detach needs that). */
 static void release(pid_t tid, bool leader, bool stopped)
 {
-        if (ptrace(PTRACE_DETACH, tid, NULL, NULL) == 0 || errno != ESRCH || stopped)
+        if (ptrace(PTRACE_DETACH, tid, NULL, NULL) == 0 || errno != ESRCH)
                 return;
+        if (stopped) {
+                /*
+                 * Held, yet gone: killed while stopped (the program exited).
+                 * A traced thread that dies stays a zombie until its tracer
+                 * reaps it, and its thread group (the program's exit status)
+                 * waits for that. The leader's exit is its parent's to reap.
+                 */
+                for (int i = 0; !leader && i < 1000; i++) {
+                        pid_t r = waitpid(tid, NULL, __WALL | WNOHANG);
+                        if (r != 0)
+                                break; /* reaped, or not ours to wait for */
+                        struct timespec ts = {0, 1000000};
+                        nanosleep(&ts, NULL);
+                }
+                return;
+        }
         if (ptrace(PTRACE_INTERRUPT, tid, NULL, NULL) < 0)
                 return; /* gone, or not ours any more */
         /* Bounded: a thread that never stops is released by the kernel when we exit. */
