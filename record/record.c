@@ -6,9 +6,10 @@
  *   pyflame-record [-o run.db] -- COMMAND [ARGS]   start a program and record it
  *   pyflame-record --dump -p PID                   print every thread's stack once
  *
- * The main loop samples on an absolute schedule (start + k * period), so the
- * rate does not drift; a pass that overruns its slot is recorded in the trace
- * as missed deadlines instead of silently lowering the rate. Ctrl-C, SIGTERM,
+ * The main loop takes one sample per period at a uniformly random instant
+ * within it (schedule.h): the rate does not drift, and no periodic program
+ * can alias with it. A slot that passes without its sample is recorded in
+ * the trace as a missed deadline instead of silently lowering the rate. Ctrl-C, SIGTERM,
  * the end of --duration and the exit of the target all end the recording
  * cleanly: the trace is finalized with its end time and counts.
  *
@@ -25,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -38,6 +40,7 @@
 #include "proctree.h"
 #include "pyflame-config.h"
 #include "sampler.h"
+#include "schedule.h"
 #include "sources.h"
 #include "tsink.h"
 #include "trace.h"
@@ -552,6 +555,17 @@ static bool roots_alive(struct recording *r)
         return false;
 }
 
+/* Read the processes of a pass in a random order: none is always read first. */
+static void shuffle_samplers(struct recording *r, struct schedule *sch)
+{
+        for (size_t i = r->n_samplers; i > 1; i--) {
+                size_t j = (size_t)schedule_random(sch, i);
+                struct sampler *t = r->samplers[i - 1];
+                r->samplers[i - 1] = r->samplers[j];
+                r->samplers[j] = t;
+        }
+}
+
 /* Sample until stopped. Returns 0, or an exit status for a fatal error. */
 static int record_loop(struct recording *r)
 {
@@ -559,14 +573,16 @@ static int record_loop(struct recording *r)
         const int64_t start = pf_now_mono_ns();
         const int64_t cpu_start = self_cpu_ns();
         /*
-         * Slot k starts at base = start + k * period (an absolute schedule: no
-         * drift); the sample is taken at a random point within a quarter
-         * period either side of it, so that a periodic program is not seen
-         * stroboscopically, always at the same phase of its loop.
+         * One sample per period, at a uniformly random instant within it
+         * (schedule.h): an absolute schedule that no periodic program can
+         * alias with.
          */
-        int64_t base = start, next = start;
+        uint64_t seed;
+        if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != sizeof(seed))
+                seed = (uint64_t)start ^ (uint64_t)getpid() << 32;
+        struct schedule sch;
+        schedule_init(&sch, start, period, seed);
         int64_t last_status = 0, last_follow = 0;
-        uint64_t rng = (uint64_t)start | 1;
         char err[512];
         while (!stop_requested || r->child) {
                 if (stop_requested && r->child) {
@@ -582,6 +598,7 @@ static int record_loop(struct recording *r)
                  * spun on the vDSO clock, and a deadline already passed is
                  * not slept for at all.
                  */
+                const int64_t next = schedule_due(&sch);
                 int64_t now = pf_now_mono_ns();
                 if (next - now > SPIN_NS) {
                         int64_t until = next - SPIN_NS / 2;
@@ -593,20 +610,22 @@ static int record_loop(struct recording *r)
                         ;
                 if (r->o->duration_ns && now - start >= r->o->duration_ns)
                         break;
-                /* Fell behind by whole periods: say so, and keep the schedule. */
-                if (now - base >= period) {
-                        uint64_t missed = (uint64_t)((now - base) / period);
+                /* Slots that ended without their sample: say so, and keep the schedule. */
+                uint64_t missed = schedule_catch_up(&sch, now);
+                if (missed) {
                         r->late += missed;
                         tsink_error(r->k, 0, TRACE_ERROR_LATE, missed);
-                        base += (int64_t)missed * period;
+                        if (now < schedule_due(&sch))
+                                continue; /* this slot's instant is still to come */
                 }
                 if (r->o->subprocesses && now - last_follow >= 200000000) {
                         follow_children(r, now);
                         last_follow = now;
                 }
                 const int64_t pass_start = now;
+                shuffle_samplers(r, &sch);
                 for (size_t i = 0; i < r->n_samplers;) {
-                        int rc = sampler_tick(r->samplers[i], now, err, sizeof(err));
+                        int rc = sampler_tick(r->samplers[i], pf_now_mono_ns(), err, sizeof(err));
                         if (rc == -ESRCH) {
                                 reap_child(r);
                                 remove_sampler(r, i, now);
@@ -619,11 +638,7 @@ static int record_loop(struct recording *r)
                         i++;
                 }
                 r->sampling_ns += pf_now_mono_ns() - pass_start;
-                base += period;
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                next = base + (int64_t)(rng % (uint64_t)(period / 2 + 1)) - period / 4;
+                schedule_next(&sch);
                 reap_child(r);
                 if (r->child_reaped) {
                         for (size_t i = r->n_samplers; i-- > 0;)

@@ -1,0 +1,66 @@
+/*
+ * schedule.h - when to take each sample: one uniformly random instant per
+ * period (stratified sampling of time).
+ *
+ * Time is cut into slots of one period from the start of the recording:
+ * slot k is [start + k P, start + (k+1) P). Each slot gets one sample, at an
+ * instant drawn uniformly within it, independently of every other slot. So:
+ *   - every instant of the recording has the same chance of being sampled,
+ *     whatever the program's own period: a loop that lasts exactly one or two
+ *     periods is seen at uniformly spread phases, never stroboscopically;
+ *   - a slot's sample is an independent uniform draw of the program's state
+ *     within that slot, so a share is estimated at least as well as by
+ *     independent uniform instants (binomial variance or less), which is what
+ *     pyflame-diff's test assumes;
+ *   - the rate is exactly 1/P over any stretch of slots and the schedule is
+ *     absolute (no drift, however long the recording).
+ * A slot that ends before its sample could be taken (the recorder was
+ * stalled, or a pass overran) is missed: counted, never made up later. A
+ * sample whose instant has passed but whose slot has not ended is taken at
+ * once, a little late; a pass that costs a fraction c of the period moves
+ * the distribution of phases by at most c*c/4 that way.
+ */
+#ifndef PYFLAME_SCHEDULE_H
+#define PYFLAME_SCHEDULE_H
+
+#include <stdint.h>
+
+struct schedule {
+        int64_t start_ns, period_ns;
+        uint64_t slot;  /* the slot whose sample comes next */
+        int64_t due_ns; /* its instant */
+        uint64_t rng;   /* xorshift64* state, never 0 */
+};
+
+/*
+ * Start a schedule at `start_ns` with slots of `period_ns` (> 0). `seed`
+ * picks the random instants (any value; the same seed gives the same
+ * instants, which is what the tests use).
+ */
+void schedule_init(struct schedule *s, int64_t start_ns, int64_t period_ns, uint64_t seed);
+
+/* The instant at which the next sample is due. */
+static inline int64_t schedule_due(const struct schedule *s)
+{
+        return s->due_ns;
+}
+
+/*
+ * It is `now_ns`: skip the slots that have ended without their sample.
+ * Returns how many were skipped (missed deadlines); the slot holding now_ns
+ * is then the next one, and its sample is due at schedule_due() (which may
+ * already have passed: take it at once).
+ */
+uint64_t schedule_catch_up(struct schedule *s, int64_t now_ns);
+
+/* The sample of the current slot was taken: move on to the next slot. */
+void schedule_next(struct schedule *s);
+
+/*
+ * A uniform draw from [0, n) (n > 0) of the schedule's generator, for other
+ * choices that must not line up with the program: the order in which the
+ * processes of a pass are read, so that none is always read first.
+ */
+uint64_t schedule_random(struct schedule *s, uint64_t n);
+
+#endif
