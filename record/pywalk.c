@@ -1055,6 +1055,32 @@ static int chunk_load(struct pywalk *w, uint64_t chunk, uint64_t top, uint64_t *
 }
 
 /*
+ * <=3.10: whether a heap frame read as part of a thread's chain was alive and
+ * running when it was read. The stack changes while it is read (a call and a
+ * return take 35 ns in a tight recursion, a read a microsecond), and a frame
+ * that returned under us is freed: its reference count drops to 0 and it goes
+ * to its code object's zombie slot or the free list, keeping a stale f_code
+ * and an f_back that is its old caller or the next free frame. Such a chain
+ * looks plausible, so every frame is checked, not only the last one: alive
+ * (ob_refcnt > 0) and running (f_executing set, 3.6-3.9; f_state EXECUTING 0
+ * or UNWINDING 2, 3.10; 2.7 has neither). A leaf with a caller may be let
+ * off the running test (`exempt`): the interpreter points tstate->frame at a
+ * frame a few instructions before it marks it running, and clears the mark a
+ * few before it pops it. A chain that ends at a frame not running is torn
+ * whatever its length: a generator that yielded or finished under us (its
+ * f_back cleared), not the root of a stack.
+ */
+static bool heap_frame_live(const struct pylayout *L, const uint8_t *fr, bool exempt)
+{
+        if ((int64_t)rd64(fr + L->ob_type - 8) <= 0)
+                return false;
+        if (exempt || L->fr_state < 0)
+                return true;
+        uint8_t st = fr[L->fr_state];
+        return L->fr_state_kind == PYL_FRSTATE_EXECUTING ? st != 0 : st == 0 || st == 2;
+}
+
+/*
  * One pass over a thread's frames into w->frames; cache entries to compare
  * with their objects are left in w->pending. Returns 0, PYWALK_TORN, or a
  * negative errno that ends the sample.
@@ -1104,15 +1130,7 @@ static int walk_pass(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uint3
                         return fatal_read(rc) ? rc : PYWALK_TORN;
                 last = addr;
                 uint64_t back = rd64(fr + L->fr_back);
-                /*
-                 * The chain ends at a frame that is not running: a generator
-                 * that yielded or finished under us (its f_back cleared).
-                 * 3.10 f_state: EXECUTING 0 and UNWINDING 2 are running.
-                 */
-                if (!back && L->fr_state >= 0 &&
-                    (L->fr_state_kind == PYL_FRSTATE_EXECUTING
-                         ? fr[L->fr_state] == 0
-                         : fr[L->fr_state] != 0 && fr[L->fr_state] != 2))
+                if (L->frames == PYL_FRAMES_OBJECT && !heap_frame_live(L, fr, steps == 0 && back))
                         return PYWALK_TORN;
                 uint64_t code = rd64(fr + L->fr_code) & L->fr_code_mask;
                 uint8_t owner = L->fr_owner >= 0 ? fr[L->fr_owner] : 0;

@@ -234,6 +234,7 @@ static uint64_t new_type(struct pyimg *p, uint64_t flags)
 static uint64_t new_object(struct pyimg *p, size_t len, uint64_t type)
 {
         uint64_t o = img_alloc(p->img, len);
+        img_u64(p->img, o + (uint64_t)p->L.ob_type - 8, 1); /* ob_refcnt: alive */
         img_u64(p->img, o + (uint64_t)p->L.ob_type, type);
         return o;
 }

@@ -1388,6 +1388,48 @@ static void check_torn_yielded(void **state)
         pyimg_free(&p);
 }
 
+/*
+ * <=3.10: a frame that returned while the chain was read is freed (reference
+ * count 0, stale f_code and f_back) or, on 3.6-3.10, no longer running; a
+ * chain through it is torn wherever it is. The leaf alone may be seen not
+ * running, in the moments the interpreter takes to push and pop it.
+ */
+static void check_torn_dead_frame(void **state)
+{
+        const struct ver *v = *state;
+        struct pyimg p;
+        make_image(v, &p);
+        uint64_t code = mkcode(&p, "rec", "rec", "/app/rec.py", 3, 10, 0);
+        int t = pyimg_add_thread(&p, p.interps[0], -1);
+        uint64_t root = pyimg_push(&p, t, PYIMG_FRAME, code, 1);
+        uint64_t mid = pyimg_push(&p, t, PYIMG_FRAME, code, 2);
+        uint64_t leaf = pyimg_push(&p, t, PYIMG_FRAME, code, 3);
+        struct got g;
+        assert_int_equal(one_thread_status(&p, &g), 0);
+        assert_int_equal(g.t[0].depth, 3);
+        const uint64_t refcnt = (uint64_t)p.L.ob_type - 8;
+        uint64_t frames[] = {leaf, mid, root};
+        for (int i = 0; i < 3; i++) {
+                img_u64(p.img, frames[i] + refcnt, 0);
+                assert_int_equal(one_thread_status(&p, &g), PYWALK_TORN);
+                img_u64(p.img, frames[i] + refcnt, 1);
+        }
+        if (p.L.fr_state >= 0) {
+                uint8_t stopped = p.L.fr_state_kind == PYL_FRSTATE_EXECUTING ? 0 : 1; /* RETURNED */
+                uint8_t running = p.L.fr_state_kind == PYL_FRSTATE_EXECUTING ? 1 : 0;
+                img_u8(p.img, mid + (uint64_t)p.L.fr_state, stopped);
+                assert_int_equal(one_thread_status(&p, &g), PYWALK_TORN);
+                img_u8(p.img, mid + (uint64_t)p.L.fr_state, running);
+                img_u8(p.img, root + (uint64_t)p.L.fr_state, stopped);
+                assert_int_equal(one_thread_status(&p, &g), PYWALK_TORN);
+                img_u8(p.img, root + (uint64_t)p.L.fr_state, running);
+                img_u8(p.img, leaf + (uint64_t)p.L.fr_state, stopped);
+                assert_int_equal(one_thread_status(&p, &g), 0);
+                assert_int_equal(g.t[0].depth, 3);
+        }
+        pyimg_free(&p);
+}
+
 /* 3.11+: a generator's embedded frame with no `previous` (it yielded under us) is torn. */
 static void check_torn_yielded_embedded(void **state)
 {
@@ -1402,6 +1444,11 @@ static void check_torn_yielded_embedded(void **state)
         struct got g;
         assert_int_equal(one_thread_status(&p, &g), PYWALK_TORN);
         pyimg_free(&p);
+}
+
+static bool heap_frames(const struct ver *v)
+{
+        return v->major == 2 || v->minor <= 10;
 }
 
 static bool frame_state(const struct ver *v)
@@ -1459,6 +1506,7 @@ static const struct scenario scenarios[] = {
     {"code-reuse-return", check_code_reuse_return, any},
     {"torn-cycle", check_torn_cycle, any},
     {"torn-yielded", check_torn_yielded, frame_state},
+    {"torn-dead-frame", check_torn_dead_frame, heap_frames},
     {"torn-yielded-embedded", check_torn_yielded_embedded, chunked},
     {"torn-type", check_torn_type, any},
     {"torn-str", check_torn_strings, any},
