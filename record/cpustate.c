@@ -170,6 +170,11 @@ int cpustate_read(const struct cpustate *c)
         return -1;
 }
 
+int cpustate_fd(const struct cpustate *c)
+{
+        return c->fd;
+}
+
 void cpustate_close(struct cpustate *c)
 {
         if (!c)

@@ -54,6 +54,12 @@ int cpustate_read(const struct cpustate *c);
 /* cpustate_read(): the ring is empty, the thread has not switched since open. */
 #define CPUSTATE_NO_SWITCH (-2)
 
+/*
+ * The perf event's descriptor: reading it makes the kernel interrupt the
+ * thread's CPU when the thread is on one (capture.h uses that).
+ */
+int cpustate_fd(const struct cpustate *c);
+
 /* Stop watching and free the handle. NULL is fine. */
 void cpustate_close(struct cpustate *c);
 

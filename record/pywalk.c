@@ -48,6 +48,9 @@
 #define PREFETCH_SPANS   8192
 #define PREFETCH_BYTES   (32u << 20)
 #define SPAN_GAP         2048 /* prefetched spans closer than this are read as one */
+#define PAGE             4096 /* <=3.10 heap frames are read by the page... */
+#define FRAME_PAGES      128  /* ...and the pages that held one lately are kept in the batch */
+#define FRAME_PAGE_AGE   64   /* samples a page stays there unused */
 #define TID_SCAN_BYTES   2048 /* searched of a struct pthread for the TID */
 #define TID_SCAN_CHUNK   256
 #define TID_SEARCH_TRIES 16
@@ -234,6 +237,15 @@ struct pywalk {
         size_t n_types;
 
         struct pywalk_frame *frames;
+        unsigned retries;         /* fresh reads of a torn thread (pywalk_set_retries) */
+        pywalk_batch_fn batch_fn; /* reads a batch at one instant (pywalk_set_batch_reader) */
+        void *batch_ctx;
+        bool snap_atomic;  /* this sample's batch came from batch_fn */
+        uint64_t main_gil; /* 3.12+: the main interpreter's GIL, seen last sample */
+        /* <=3.10: pages that held frames lately, each with the last sample that used it. */
+        uint64_t frame_page[FRAME_PAGES], frame_page_seen[FRAME_PAGES];
+        size_t n_frame_pages;
+        uint64_t misses;             /* reads outside the batch so far, but of code objects */
         struct code_entry **pending; /* entries to compare with their objects */
         size_t n_pending;
         uint64_t sample_no;
@@ -260,6 +272,7 @@ static int fetch_ptr(struct pywalk *w, uint64_t addr, size_t len, const uint8_t 
         struct snap *s = &w->snap;
         struct span *p = snap_find(s, addr, len);
         if (!p) {
+                w->misses++;
                 int rc = snap_reserve(s, 1, len);
                 if (rc < 0)
                         return rc;
@@ -297,6 +310,7 @@ static int fetch_region(struct pywalk *w, uint64_t addr, size_t len)
                 p->used = true;
                 return 0;
         }
+        w->misses++;
         int rc = snap_reserve(s, 1, len);
         if (rc < 0)
                 return rc;
@@ -334,6 +348,7 @@ static int fetch_batch(struct pywalk *w, const struct memsrc_iov *want, size_t n
                 iov[k++] = (struct memsrc_iov){want[i].addr, s->buf + off, want[i].len};
                 off += want[i].len;
         }
+        w->misses += k;
         rc = k ? memsrc_readv(w->m, iov, k) : 0;
         for (size_t i = 0; rc == 0 && i < k; i++) {
                 s->v[s->n++] = (struct span){
@@ -357,6 +372,7 @@ static void snap_begin(struct pywalk *w)
 {
         struct snap *s = &w->snap;
         s->n = s->n_sorted = s->len = s->hint = 0;
+        w->snap_atomic = false;
         if (!s->n_next)
                 return;
         size_t total = 0;
@@ -385,7 +401,8 @@ static void snap_begin(struct pywalk *w)
                     .addr = s->next[i].addr, .buf = s->buf + off, .len = s->next[i].len};
                 off += s->next[i].len;
         }
-        if (memsrc_readv(w->m, s->iov, s->n_next) == 0) {
+        w->snap_atomic = w->batch_fn && w->batch_fn(w->batch_ctx, s->iov, s->n_next) == 0;
+        if (w->snap_atomic || memsrc_readv(w->m, s->iov, s->n_next) == 0) {
                 s->n = s->n_sorted = s->n_next;
                 s->len = total;
         }
@@ -407,18 +424,26 @@ static void snap_end(struct pywalk *w)
         struct snap *s = &w->snap;
         size_t bytes = 0, n = 0;
         s->n_next = 0;
-        if (s->cap_next < s->n) {
-                struct span *v = realloc(s->next, s->n * sizeof(*v));
+        if (s->cap_next < s->n + w->n_frame_pages) {
+                struct span *v = realloc(s->next, (s->n + w->n_frame_pages) * sizeof(*v));
                 if (!v)
                         return;
                 s->next = v;
-                s->cap_next = s->n;
+                s->cap_next = s->n + w->n_frame_pages;
         }
         for (size_t i = 0; i < s->n && n < PREFETCH_SPANS; i++) {
                 if (!s->v[i].used || bytes + s->v[i].len > PREFETCH_BYTES)
                         continue;
                 s->next[n++] = s->v[i];
                 bytes += s->v[i].len;
+        }
+        /* <=3.10: the pages that held frames lately (see walk_pass). */
+        for (size_t i = 0; i < w->n_frame_pages && n < s->cap_next && n < PREFETCH_SPANS; i++) {
+                if (w->frame_page_seen[i] + FRAME_PAGE_AGE < w->sample_no ||
+                    bytes + PAGE > PREFETCH_BYTES)
+                        continue;
+                s->next[n++] = (struct span){.addr = w->frame_page[i], .len = PAGE};
+                bytes += PAGE;
         }
         /* A handful of spans, in nearly the same order every sample: insertion sort. */
         if (n > 64)
@@ -1080,6 +1105,23 @@ static bool heap_frame_live(const struct pylayout *L, const uint8_t *fr, bool ex
         return L->fr_state_kind == PYL_FRSTATE_EXECUTING ? st != 0 : st == 0 || st == 2;
 }
 
+/* Note that page `pg` holds a frame in this sample (kept in the batch a while). */
+static void frame_page_note(struct pywalk *w, uint64_t pg)
+{
+        size_t oldest = 0;
+        for (size_t i = 0; i < w->n_frame_pages; i++) {
+                if (w->frame_page[i] == pg) {
+                        w->frame_page_seen[i] = w->sample_no;
+                        return;
+                }
+                if (w->frame_page_seen[i] < w->frame_page_seen[oldest])
+                        oldest = i;
+        }
+        size_t i = w->n_frame_pages < FRAME_PAGES ? w->n_frame_pages++ : oldest;
+        w->frame_page[i] = pg;
+        w->frame_page_seen[i] = w->sample_no;
+}
+
 /*
  * One pass over a thread's frames into w->frames; cache entries to compare
  * with their objects are left in w->pending. Returns 0, PYWALK_TORN, or a
@@ -1124,6 +1166,24 @@ static int walk_pass(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uint3
                  * the next read that misses the snapshot (code_get), so
                  * everything needed is taken from it before.
                  */
+                /*
+                 * <=3.10: frames are heap objects, recycled through a free
+                 * list, so the next sample's frames are mostly other objects
+                 * in the same few pages. Read whole pages: then the next
+                 * batch holds them, and a batch read at one instant
+                 * (pywalk_set_batch_reader) is the whole stack.
+                 */
+                if (L->frames == PYL_FRAMES_OBJECT) {
+                        uint64_t lo = addr & ~(uint64_t)(PAGE - 1);
+                        uint64_t hi = (addr + L->fr_read + PAGE - 1) & ~(uint64_t)(PAGE - 1);
+                        /* (Failing that, just the frame: it may not be our kind of page.) */
+                        if (hi - lo <= 2 * PAGE && !covered(w, addr, L->fr_read) &&
+                            (rc = fetch_region(w, lo, (size_t)(hi - lo))) < 0 && fatal_read(rc))
+                                return rc;
+                        if (hi - lo <= 2 * PAGE && covered(w, lo, (size_t)(hi - lo)))
+                                for (uint64_t pg = lo; pg < hi; pg += PAGE)
+                                        frame_page_note(w, pg);
+                }
                 const uint8_t *fr;
                 rc = fetch_ptr(w, addr, L->fr_read, &fr);
                 if (rc < 0)
@@ -1147,6 +1207,11 @@ static int walk_pass(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uint3
                 addr = back;
                 if (owner >= L->owner_skip_from || !code)
                         continue; /* entry frame of a C call into the eval loop, or being cleared */
+                /*
+                 * Code objects do not change while they are in use: reading
+                 * one outside the batch does not mix instants (w->misses).
+                 */
+                uint64_t misses = w->misses;
                 struct code_entry *e;
                 bool check;
                 rc = code_get(w, code, &e, &check);
@@ -1157,7 +1222,9 @@ static int walk_pass(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uint3
                 if (check && w->n_pending < MAX_STEPS)
                         w->pending[w->n_pending++] = e;
                 int64_t off;
-                if ((rc = frame_offset(w, &pos, code, &e, owner, &off)) < 0)
+                rc = frame_offset(w, &pos, code, &e, owner, &off);
+                w->misses = misses;
+                if (rc < 0)
                         return rc;
                 if (off == INT64_MIN || e->shim)
                         continue; /* not started yet, or the __init__ shim */
@@ -1189,7 +1256,9 @@ static int walk_frames(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uin
                 int rc = walk_pass(w, tstate, ts, depth);
                 if (rc < 0 || !w->n_pending)
                         return rc;
+                uint64_t misses = w->misses; /* code objects: see walk_pass */
                 rc = code_verify_pending(w);
+                w->misses = misses;
                 if (rc <= 0)
                         return rc;
                 if (pass == 1)
@@ -1226,7 +1295,7 @@ struct gil_view {
 };
 
 /* Who holds the GIL of `interp` (or the process, before 3.12). */
-static int gil_read(struct pywalk *w, uint64_t interp, struct gil_view *g)
+static int gil_read(struct pywalk *w, uint64_t interp, bool main, struct gil_view *g)
 {
         const struct pylayout *L = &w->L;
         int rc = 0;
@@ -1242,6 +1311,8 @@ static int gil_read(struct pywalk *w, uint64_t interp, struct gil_view *g)
                 rc = fetch_u64(w, interp, L->is_ceval_gil, &gil);
                 if (rc < 0 || !gil)
                         return fatal_read(rc) ? rc : 0;
+                if (main)
+                        w->main_gil = gil;
                 int32_t lo = L->gil_holder, hi = L->gil_holder + 8;
                 if (L->gil_locked < lo)
                         lo = L->gil_locked;
@@ -1338,6 +1409,21 @@ static int64_t thread_tid(struct pywalk *w, const uint8_t *ts, uint64_t thread_i
         return v > 0 ? v : -1;
 }
 
+/*
+ * Read everything this sample has used so far again, in one batch, and the
+ * thread state at `tstate` from it into ts: a fresh look at a thread whose
+ * stack was read torn. Returns 0 or a read error.
+ */
+static int snap_reread(struct pywalk *w, uint64_t tstate, uint8_t *ts, size_t ts_len)
+{
+        snap_end(w);
+        snap_begin(w);
+        /* All of it was used in this sample: keep it in the next one's batch. */
+        for (size_t i = 0; i < w->snap.n; i++)
+                w->snap.v[i].used = true;
+        return fetch(w, tstate, ts, ts_len);
+}
+
 /* Walk the threads of one interpreter; *stop set when the callback asked to stop. */
 static int walk_interp(struct pywalk *w, uint64_t interp, int64_t index, pywalk_thread_fn fn,
                        void *ctx, unsigned *nthreads, bool *stop)
@@ -1350,7 +1436,7 @@ static int walk_interp(struct pywalk *w, uint64_t interp, int64_t index, pywalk_
         if (rc < 0)
                 return fatal_read(rc) ? rc : 0;
         struct gil_view g;
-        if ((rc = gil_read(w, interp, &g)) < 0)
+        if ((rc = gil_read(w, interp, index == 0, &g)) < 0)
                 return rc;
         size_t ts_len = tstate_read_len(L);
         uint8_t ts[1024];
@@ -1379,9 +1465,33 @@ static int walk_interp(struct pywalk *w, uint64_t interp, int64_t index, pywalk_
                         th.gil = gil_flags(L, &g, tstate, ts);
                         if (w->n_tid_candidates < TID_CANDIDATES && th.thread_id)
                                 w->tid_candidates[w->n_tid_candidates++] = th.thread_id;
+                        uint64_t misses = w->misses;
                         rc = walk_frames(w, tstate, ts, &th.depth);
+                        /*
+                         * Torn: the stack changed while it was read. A few
+                         * microseconds later it is most often readable, and
+                         * dropping it would under-count exactly the code whose
+                         * stack changes fast. A walk of a batch read at one
+                         * instant that needed more than the batch (the stack
+                         * changed shape since the last sample) mixed instants:
+                         * read again, the batch now holds all it needs.
+                         */
+                        while ((rc == PYWALK_TORN ||
+                                (rc == 0 && w->snap_atomic && w->misses != misses)) &&
+                               th.retries < w->retries) {
+                                th.retries++;
+                                rc = snap_reread(w, tstate, ts, ts_len);
+                                misses = w->misses;
+                                if (rc == 0 && rd64(ts + L->ts_interp) != interp)
+                                        rc = PYWALK_TORN;
+                                else if (rc == 0)
+                                        rc = walk_frames(w, tstate, ts, &th.depth);
+                                else if (!fatal_read(rc))
+                                        rc = PYWALK_TORN;
+                        }
                         if (rc < 0 && rc != PYWALK_TORN)
                                 return rc;
+                        th.atomic = rc == 0 && w->snap_atomic && w->misses == misses;
                         th.status = rc;
                         th.frames = rc == 0 ? w->frames : NULL;
                         if (rc != 0)
@@ -1426,6 +1536,47 @@ int pywalk_sample(struct pywalk *w, pywalk_thread_fn fn, void *ctx)
 done:
         snap_end(w);
         return rc;
+}
+
+int pywalk_gil_holder(struct pywalk *w, uint64_t *tstate)
+{
+        const struct pylayout *L = &w->L;
+        uint64_t holder = 0;
+        int rc = 0;
+        *tstate = 0;
+        /* Straight from the target: the snapshot holds the last sample's copies. */
+        if (L->gil == PYL_GIL_SYMBOL) {
+                if (w->t.tstate_current_addr)
+                        rc = memsrc_read(w->m, w->t.tstate_current_addr, &holder, 8);
+        } else if (L->gil == PYL_GIL_RUNTIME) {
+                rc = memsrc_read(w->m, w->t.runtime_addr + (uint64_t)L->rt_tstate_current, &holder,
+                                 8);
+        } else if (w->main_gil && L->gil_enabled < 0) {
+                int32_t lo = L->gil_holder < L->gil_locked ? L->gil_holder : L->gil_locked;
+                int32_t hi =
+                    L->gil_holder + 8 > L->gil_locked + 4 ? L->gil_holder + 8 : L->gil_locked + 4;
+                uint8_t buf[64];
+                if (lo < 0 || hi - lo > (int32_t)sizeof(buf))
+                        return 0;
+                rc = memsrc_read(w->m, w->main_gil + (uint64_t)lo, buf, (size_t)(hi - lo));
+                if (rc == 0 && rd32(buf + (L->gil_locked - lo)))
+                        holder = rd64(buf + (L->gil_holder - lo));
+        }
+        if (rc < 0)
+                return fatal_read(rc) ? rc : 0;
+        *tstate = holder;
+        return 0;
+}
+
+void pywalk_set_retries(struct pywalk *w, unsigned retries)
+{
+        w->retries = retries;
+}
+
+void pywalk_set_batch_reader(struct pywalk *w, pywalk_batch_fn fn, void *ctx)
+{
+        w->batch_fn = fn;
+        w->batch_ctx = ctx;
 }
 
 uint64_t pywalk_reads(const struct pywalk *w)

@@ -48,9 +48,11 @@ struct pywalk_thread {
         uint64_t thread_id; /* threading.get_ident() (pthread_t) */
         int64_t native_tid; /* kernel TID in the target's PID namespace, -1 when unknown */
         int64_t interp_id;
-        unsigned gil;   /* PYWALK_GIL_* */
-        int status;     /* 0, or a negative errno / PYWALK_TORN: frames not valid */
-        uint32_t depth; /* number of frames, leaf (innermost) first */
+        unsigned gil;     /* PYWALK_GIL_* */
+        int status;       /* 0, or a negative errno / PYWALK_TORN: frames not valid */
+        unsigned retries; /* fresh reads after a torn one (pywalk_set_retries) */
+        bool atomic;      /* read whole from one batch of the batch reader */
+        uint32_t depth;   /* number of frames, leaf (innermost) first */
         struct pywalk_frame *frames;
 };
 
@@ -104,6 +106,38 @@ typedef void (*pywalk_name_fn)(void *ctx, int64_t interp_id, uint64_t thread_id,
  * else that does not read or fit means no name, never an error.
  */
 int pywalk_thread_names(struct pywalk *w, pywalk_name_fn fn, void *ctx);
+
+/*
+ * Read a thread whose stack was torn (it changed while it was read) again at
+ * once, up to `retries` times, each time in one fresh batch of everything the
+ * sample used; th->retries says how many it took. 0 (the default) reports a
+ * torn read at once.
+ */
+void pywalk_set_retries(struct pywalk *w, unsigned retries);
+
+/*
+ * The thread state holding the GIL of the main interpreter, read now from the
+ * target (one small read): *tstate is 0 when none does, when the build has
+ * no GIL, or before the first sample on 3.12+. Returns 0, or a negative errno
+ * when the process is gone or unreadable.
+ */
+int pywalk_gil_holder(struct pywalk *w, uint64_t *tstate);
+
+/*
+ * Reads a batch of ranges at one instant (capture.h): called with the batch
+ * that starts each sample (and each retry's), the ranges the last sample
+ * used. Returns 0 when every range was read at one instant; anything else
+ * (nothing read) and the walker reads the batch itself.
+ */
+typedef int (*pywalk_batch_fn)(void *ctx, const struct memsrc_iov *iov, size_t n);
+
+/*
+ * Read the batches through fn (NULL: with the memory source, the default).
+ * A thread whose walk then needed memory outside the batch (its stack changed
+ * shape since the last sample) is read again, as a torn one is; th->atomic
+ * says which threads were read whole from a batch of fn.
+ */
+void pywalk_set_batch_reader(struct pywalk *w, pywalk_batch_fn fn, void *ctx);
 
 /* Number of memory reads issued so far (benchmarks). */
 uint64_t pywalk_reads(const struct pywalk *w);

@@ -35,6 +35,7 @@
 #include <unistd.h>
 #include <fcntl.h>
 
+#include "capture.h"
 #include "pfutil.h"
 #include "pyfind.h"
 #include "proctree.h"
@@ -75,6 +76,7 @@ struct options {
         bool subprocesses;     /* follow children and grandchildren */
         bool no_source;        /* do not store source files */
         bool no_switch_events; /* thread states from /proc only */
+        bool no_bpf;           /* never read a running thread in its own context */
         uint64_t max_source_bytes;
         char **command; /* spawn mode: argv of the program */
 };
@@ -102,6 +104,10 @@ static void usage(FILE *f)
                 "  -s, --subprocesses     also record child processes (started before or after\n"
                 "                         attaching: multiprocessing pools, subprocess, forks)\n"
                 "      --no-source        do not store the source files of sampled code\n"
+                "      --no-bpf           never read the thread running Python in its own context\n"
+                "                         (a BPF program, on an IPI to its CPU); its stack is\n"
+                "                         then read from outside while it changes, and the\n"
+                "                         shares of fast-changing code can be off\n"
                 "      --no-switch-events tell running from idle threads by reading /proc for\n"
                 "                         each sample, not from the kernel's context-switch\n"
                 "                         records (which cost the target ~0.3-0.4 us a switch)\n"
@@ -146,7 +152,8 @@ static int parse_args(int argc, char **argv, struct options *o)
                 OPT_DUMP,
                 OPT_NO_SOURCE,
                 OPT_MAX_SOURCE,
-                OPT_NO_SWITCH_EVENTS
+                OPT_NO_SWITCH_EVENTS,
+                OPT_NO_BPF
         };
         static const struct option longopts[] = {
             {"pid", required_argument, NULL, 'p'},
@@ -160,6 +167,7 @@ static int parse_args(int argc, char **argv, struct options *o)
             {"subprocesses", no_argument, NULL, 's'},
             {"no-source", no_argument, NULL, OPT_NO_SOURCE},
             {"no-switch-events", no_argument, NULL, OPT_NO_SWITCH_EVENTS},
+            {"no-bpf", no_argument, NULL, OPT_NO_BPF},
             {"max-source-bytes", required_argument, NULL, OPT_MAX_SOURCE},
             {"quiet", no_argument, NULL, 'q'},
             {"help", no_argument, NULL, 'h'},
@@ -219,6 +227,9 @@ static int parse_args(int argc, char **argv, struct options *o)
                         break;
                 case OPT_NO_SWITCH_EVENTS:
                         o->no_switch_events = true;
+                        break;
+                case OPT_NO_BPF:
+                        o->no_bpf = true;
                         break;
                 case OPT_MAX_SOURCE:
                         if (pf_parse_size(optarg, &o->max_source_bytes) < 0) {
@@ -376,10 +387,11 @@ struct recording {
         int child_status;
         uint64_t late;
         bool tty;
-        int64_t loop_cpu_ns;       /* the recorder's own CPU time while sampling */
-        int64_t sampling_ns;       /* time inside sampling passes: the work, not the waits */
-        uint64_t reads;            /* memory reads of samplers already closed */
-        uint64_t proc_state_reads; /* their thread states read from /proc */
+        int64_t loop_cpu_ns;         /* the recorder's own CPU time while sampling */
+        int64_t sampling_ns;         /* time inside sampling passes: the work, not the waits */
+        struct sampler_stats closed; /* the counts of samplers already closed */
+        struct capture *capture;     /* in-context reads (capture.h), NULL when off */
+        char capture_off[600];       /* why it is off */
         /* --subprocesses: descendants that are not (yet) Python. */
         struct candidate {
                 pid_t pid;
@@ -418,6 +430,30 @@ static void status_line(struct recording *r, int64_t elapsed_ns, bool final)
                 (unsigned long long)r->late, final ? "\n" : "");
 }
 
+static void stats_add(struct sampler_stats *sum, const struct sampler_stats *st)
+{
+        sum->ticks += st->ticks;
+        sum->samples += st->samples;
+        sum->torn += st->torn;
+        sum->retries += st->retries;
+        sum->recovered += st->recovered;
+        sum->captured += st->captured;
+        sum->captures += st->captures;
+        sum->capture_idle += st->capture_idle;
+        sum->capture_failed += st->capture_failed;
+        sum->read_errors += st->read_errors;
+        sum->reads += st->reads;
+        sum->proc_state_reads += st->proc_state_reads;
+}
+
+/* A sampler opened: give it what the recording shares with every sampler. */
+static void setup_sampler(struct recording *r, struct sampler *s)
+{
+        if (r->o->no_switch_events)
+                sampler_no_switch_events(s);
+        sampler_set_capture(s, r->capture);
+}
+
 static void remove_sampler(struct recording *r, size_t i, int64_t t_ns)
 {
         struct sampler *s = r->samplers[i];
@@ -430,8 +466,7 @@ static void remove_sampler(struct recording *r, size_t i, int64_t t_ns)
         tsink_unlock(r->k);
         struct sampler_stats st;
         sampler_get_stats(s, &st);
-        r->reads += st.reads;
-        r->proc_state_reads += st.proc_state_reads;
+        stats_add(&r->closed, &st);
         sampler_close(s);
         r->samplers[i] = r->samplers[--r->n_samplers];
 }
@@ -515,8 +550,8 @@ static void follow_children(struct recording *r, int64_t now)
                 char err[512];
                 struct sampler *s;
                 int rc = sampler_open(kids[k], r->o->blocking, &s, err, sizeof(err));
-                if (rc == 0 && r->o->no_switch_events)
-                        sampler_no_switch_events(s);
+                if (rc == 0)
+                        setup_sampler(r, s);
                 if (rc == 0 && sampler_set_sink(s, r->k, err, sizeof(err)) < 0) {
                         sampler_close(s);
                         c->gave_up = true;
@@ -671,8 +706,8 @@ static int open_sampler(struct recording *r, pid_t pid, int64_t wait_ns, struct 
         int64_t deadline = pf_now_mono_ns() + wait_ns;
         for (;;) {
                 int rc = sampler_open(pid, r->o->blocking, out, err, errlen);
-                if (rc == 0 && r->o->no_switch_events)
-                        sampler_no_switch_events(*out);
+                if (rc == 0)
+                        setup_sampler(r, *out);
                 if (rc == 0)
                         return 0;
                 bool retry = rc == PYFIND_NOT_READY || (r->child && rc == PYFIND_NOT_PYTHON);
@@ -722,8 +757,12 @@ static int set_meta(struct recording *r)
 static int run_dump(struct options *o)
 {
         int status = EXIT_OK;
+        char err[512];
+        /* The running thread's stack is read in its own context where we can (capture.h). */
+        struct capture *capture = NULL;
+        if (!o->blocking && !o->no_bpf && capture_open(&capture, err, sizeof(err)) < 0)
+                capture = NULL;
         for (size_t i = 0; i < o->n_pids; i++) {
-                char err[512];
                 struct sampler *s;
                 int rc = sampler_open(o->pids[i], o->blocking, &s, err, sizeof(err));
                 if (rc < 0) {
@@ -731,12 +770,14 @@ static int run_dump(struct options *o)
                         status = exit_for_pyfind(rc);
                         continue;
                 }
+                sampler_set_capture(s, capture);
                 if (sampler_dump(s, stdout, err, sizeof(err)) < 0) {
                         fprintf(stderr, "%s: %s\n", prog, err);
                         status = EXIT_INTERNAL;
                 }
                 sampler_close(s);
         }
+        capture_close(capture);
         return status;
 }
 
@@ -791,6 +832,21 @@ int main(int argc, char **argv)
                 nofile.rlim_cur = nofile.rlim_max;
                 setrlimit(RLIMIT_NOFILE, &nofile);
         }
+        /*
+         * The thread running Python is read in its own context where the
+         * kernel lets us (capture.h); elsewhere from outside, as before.
+         */
+        if (o.blocking)
+                snprintf(r.capture_off, sizeof(r.capture_off), "off: --blocking");
+        else if (o.no_bpf)
+                snprintf(r.capture_off, sizeof(r.capture_off), "off: --no-bpf");
+        else if (capture_open(&r.capture, err, sizeof(err)) < 0)
+                snprintf(r.capture_off, sizeof(r.capture_off), "off: %s", err);
+        if (!r.capture && !o.blocking && !o.no_bpf && !o.quiet)
+                fprintf(stderr,
+                        "%s: note: running threads are read from outside, and the shares "
+                        "of code whose stack changes fast can be off: %s\n",
+                        prog, err);
         /* Find every interpreter before creating the file: errors come first. */
         int rc, status = EXIT_OK;
         for (size_t i = 0; i < o.n_pids; i++) {
@@ -832,6 +888,7 @@ int main(int argc, char **argv)
                         unlink(o.output);
                 tsink_free(r.k);
                 trace_writer_free(r.w);
+                capture_close(r.capture);
                 if (r.child) {
                         kill(r.child, SIGTERM);
                         waitpid(r.child, NULL, 0);
@@ -875,9 +932,17 @@ int main(int argc, char **argv)
         trace_writer_set_meta_int(r.w, "recorder_cpu_ns", r.loop_cpu_ns);
         trace_writer_set_meta_int(r.w, "sampling_ns", r.sampling_ns);
         trace_writer_set_meta_int(r.w, "missed_deadlines", (int64_t)r.late);
-        trace_writer_set_meta_int(r.w, "memory_reads", (int64_t)r.reads);
-        trace_writer_set_meta_int(r.w, "proc_state_reads", (int64_t)r.proc_state_reads);
+        trace_writer_set_meta_int(r.w, "memory_reads", (int64_t)r.closed.reads);
+        trace_writer_set_meta_int(r.w, "proc_state_reads", (int64_t)r.closed.proc_state_reads);
         trace_writer_set_meta(r.w, "switch_events", o.no_switch_events ? "off" : "on");
+        /* How consistent the stacks are: in-context reads, retries, what stayed torn. */
+        trace_writer_set_meta(r.w, "capture", r.capture ? "on" : r.capture_off);
+        trace_writer_set_meta_int(r.w, "captured_samples", (int64_t)r.closed.captured);
+        trace_writer_set_meta_int(r.w, "captures", (int64_t)r.closed.captures);
+        trace_writer_set_meta_int(r.w, "captures_not_running", (int64_t)r.closed.capture_idle);
+        trace_writer_set_meta_int(r.w, "captures_failed", (int64_t)r.closed.capture_failed);
+        trace_writer_set_meta_int(r.w, "torn_retries", (int64_t)r.closed.retries);
+        trace_writer_set_meta_int(r.w, "torn_recovered", (int64_t)r.closed.recovered);
         if (r.sources) {
                 /* Whatever is still queued: the processes may be gone, their roots are not. */
                 sources_pump(r.sources, -1);
@@ -898,6 +963,7 @@ int main(int argc, char **argv)
         tsink_free(r.k);
         trace_writer_free(r.w);
         sources_free(r.sources);
+        capture_close(r.capture);
         free(r.candidates);
         if (r.child) {
                 /* The program's exit status is ours; wait for it whatever happened. */

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "pfutil.h"
+#include "capture.h"
 #include "cpustate.h"
 #include "procfs.h"
 #include "pyfind.h"
@@ -38,6 +39,14 @@
 #define NAMES_RETRY_FOR_NS 5000000000LL
 #define NAMES_RETRY_NS     200000000
 
+/*
+ * Fresh reads of a thread whose read was torn, or that needed more than a
+ * batch read at one instant, before it counts as torn: each costs one
+ * batched read (a few microseconds). See pywalk_set_retries().
+ */
+#define SAMPLE_RETRIES 8
+#define DUMP_RETRIES   1000 /* --dump: a few milliseconds at most */
+
 /* A Python thread we have seen, keyed by (tstate address, thread id). */
 struct sthread {
         uint64_t tstate, thread_id;
@@ -48,6 +57,7 @@ struct sthread {
         int64_t ns_tid;      /* OS tid as the target reported it */
         int stat_fd;         /* /proc/PID/task/TID/stat, -1 when not open */
         struct cpustate *cs; /* its context switches (cpustate.h), NULL: /proc only */
+        int trigger_fd;      /* capture_trigger_open() when cs is NULL, else -1 */
         int seed;            /* /proc's state read just after cs was opened */
         int running;         /* last state read: 1 on CPU, 0 not, -1 unknown */
         uint64_t seen_tick;
@@ -76,6 +86,10 @@ struct sampler {
         struct sources *sources; /* NULL: source files are not stored */
         int sources_handle;
         struct stopper stop;
+        /* In-context reads of the thread running Python (capture.h); NULL: none. */
+        struct capture *capture;
+        pid_t capture_tid; /* this sample's: the thread holding the GIL */
+        int capture_fd;
 
         /*
          * Appended to, removed from and rebound only under the sink's lock
@@ -151,6 +165,7 @@ int sampler_open(pid_t pid, bool blocking, struct sampler **out, char *err, size
         rc = pywalk_open(&s->target, &s->mem, &s->walk, err, errlen);
         if (rc < 0)
                 goto fail;
+        pywalk_set_retries(s->walk, SAMPLE_RETRIES);
         s->stack_build = malloc(PYWALK_MAX_DEPTH * sizeof(uint32_t));
         if (!s->stack_build) {
                 snprintf(err, errlen, "out of memory");
@@ -206,6 +221,11 @@ void sampler_no_switch_events(struct sampler *s)
         s->no_switch_events = true;
 }
 
+void sampler_set_capture(struct sampler *s, struct capture *c)
+{
+        s->capture = s->blocking ? NULL : c;
+}
+
 void sampler_set_sources(struct sampler *s, struct sources *src, int handle)
 {
         s->sources = src;
@@ -229,6 +249,8 @@ void sampler_close(struct sampler *s)
         for (size_t i = 0; i < s->n_threads; i++) {
                 if (s->threads[i].stat_fd >= 0)
                         close(s->threads[i].stat_fd);
+                if (s->threads[i].trigger_fd >= 0)
+                        close(s->threads[i].trigger_fd);
                 cpustate_close(s->threads[i].cs);
                 free(s->threads[i].name);
         }
@@ -284,6 +306,7 @@ static struct sthread *thread_append(struct sampler *s, const struct pywalk_thre
         t->host_tid = -1;
         t->ns_tid = -2; /* forces a lookup */
         t->stat_fd = -1;
+        t->trigger_fd = -1;
         t->cs = NULL;
         t->running = -1;
         t->born_ns = s->tick_ns;
@@ -317,6 +340,9 @@ static void thread_rebind(struct sampler *s, struct sthread *t, int64_t ns_tid)
         if (t->stat_fd >= 0)
                 close(t->stat_fd);
         t->stat_fd = -1;
+        if (t->trigger_fd >= 0)
+                close(t->trigger_fd);
+        t->trigger_fd = -1;
         cpustate_close(t->cs);
         t->cs = NULL;
         t->host_tid = -1;
@@ -373,6 +399,8 @@ static void threads_gc(struct sampler *s)
                 if (s->tick - t->seen_tick > 100) {
                         if (t->stat_fd >= 0)
                                 close(t->stat_fd);
+                        if (t->trigger_fd >= 0)
+                                close(t->trigger_fd);
                         cpustate_close(t->cs);
                         free(t->name);
                         continue;
@@ -600,6 +628,11 @@ static int on_thread(void *ctx, const struct pywalk_thread *th)
                 return -ENOMEM;
         t->seen_tick = s->tick;
         thread_bind_tid(s, t, th->native_tid);
+        s->st.retries += th->retries;
+        if (th->status == 0 && th->retries)
+                s->st.recovered++;
+        if (th->atomic)
+                s->st.captured++;
         if (th->status != 0) {
                 if (th->status == PYWALK_TORN)
                         s->st.torn++;
@@ -642,6 +675,50 @@ static int on_thread(void *ctx, const struct pywalk_thread *th)
         return 0;
 }
 
+/* pywalk's batch reader: the batch, read in the GIL holder's own context. */
+static int capture_batch(void *ctx, const struct memsrc_iov *iov, size_t n)
+{
+        struct sampler *s = ctx;
+        uint64_t failed[CAPTURE_FAILED_WORDS];
+        int rc = capture_readv(s->capture, s->capture_tid, s->capture_fd, iov, n, NULL, failed);
+        /* Ranges not resident there are not in use: read them from here. */
+        for (size_t i = 0; rc == 0 && i < n; i++)
+                if (failed[i / 64] >> (i % 64) & 1)
+                        rc = memsrc_read(&s->mem, iov[i].addr, iov[i].buf, iov[i].len);
+        if (rc == 0)
+                s->st.captures++;
+        else if (rc == -EAGAIN)
+                s->st.capture_idle++;
+        else
+                s->st.capture_failed++;
+        return rc;
+}
+
+/*
+ * Choose the thread whose context this sample's batch is read in: the one
+ * holding the GIL, the only one whose Python stack can change meanwhile.
+ */
+static void capture_choose(struct sampler *s)
+{
+        s->capture_tid = 0;
+        uint64_t holder;
+        if (pywalk_gil_holder(s->walk, &holder) < 0 || !holder)
+                return;
+        for (size_t i = 0; i < s->n_threads; i++) {
+                struct sthread *t = &s->threads[i];
+                if (t->tstate != holder || t->host_tid <= 0)
+                        continue;
+                int fd = t->cs ? cpustate_fd(t->cs) : t->trigger_fd;
+                if (fd < 0)
+                        fd = t->trigger_fd = capture_trigger_open(t->host_tid);
+                if (fd >= 0) {
+                        s->capture_tid = t->host_tid;
+                        s->capture_fd = fd;
+                }
+                return;
+        }
+}
+
 int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
 {
         s->tick++;
@@ -651,6 +728,9 @@ int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
                 int rc = stopper_stop(&s->stop, s->pid, err, errlen);
                 if (rc < 0)
                         return rc;
+        } else if (s->capture) {
+                capture_choose(s);
+                pywalk_set_batch_reader(s->walk, s->capture_tid ? capture_batch : NULL, s);
         }
         int rc = pywalk_sample(s->walk, on_thread, s);
         if (s->blocking)
@@ -763,6 +843,17 @@ static int dump_thread(void *ctx, const struct pywalk_thread *th)
         return 0;
 }
 
+/* Know the threads and their OS thread ids before the dump's look. */
+static int dump_learn_thread(void *ctx, const struct pywalk_thread *th)
+{
+        struct sampler *s = ctx;
+        struct sthread *t = thread_lookup(s, th);
+        if (!t)
+                return -ENOMEM;
+        thread_bind_tid(s, t, th->native_tid);
+        return 0;
+}
+
 int sampler_dump(struct sampler *s, FILE *out, char *err, size_t errlen)
 {
         char cmdline[4096];
@@ -772,6 +863,16 @@ int sampler_dump(struct sampler *s, FILE *out, char *err, size_t errlen)
                 s->target.elf_path);
         struct dump_ctx d = {s, out, NULL, 0, 0};
         pywalk_thread_names(s->walk, dump_on_name, &d); /* none is fine */
+        /*
+         * One look, so no hurry: a stack read torn is read again until it
+         * is whole, and read in the running thread's context where we can.
+         */
+        pywalk_set_retries(s->walk, DUMP_RETRIES);
+        if (!s->blocking && s->capture) {
+                pywalk_sample(s->walk, dump_learn_thread, s); /* whose context to read in */
+                capture_choose(s);
+                pywalk_set_batch_reader(s->walk, s->capture_tid ? capture_batch : NULL, s);
+        }
         if (s->blocking) {
                 int rc = stopper_stop(&s->stop, s->pid, err, errlen);
                 if (rc < 0) {

@@ -25,6 +25,12 @@ struct sampler_stats {
         uint64_t ticks;            /* sampling passes over this process */
         uint64_t samples;          /* thread samples written */
         uint64_t torn;             /* thread samples dropped as inconsistent */
+        uint64_t retries;          /* fresh reads of torn thread samples */
+        uint64_t recovered;        /* thread samples read consistently after a torn read */
+        uint64_t captured;         /* thread samples read whole in the GIL holder's context */
+        uint64_t captures;         /* batches read in a thread's context (capture.h) */
+        uint64_t capture_idle;     /* ... not, as the thread was not on a CPU */
+        uint64_t capture_failed;   /* ... not, for another reason (too large, not resident) */
         uint64_t read_errors;      /* thread samples dropped for a failed read */
         uint64_t reads;            /* memory reads issued by the walker */
         uint64_t proc_state_reads; /* on-CPU states read from /proc, not from switches */
@@ -53,6 +59,15 @@ struct tsink;
  * (message in err).
  */
 int sampler_set_sink(struct sampler *s, struct tsink *k, char *err, size_t errlen);
+
+struct capture;
+
+/*
+ * Read each sample's batch in the context of the thread holding the GIL
+ * when it is running (capture.h), so that its stack cannot change under the
+ * read. NULL stops it; ignored in blocking mode. `c` must outlive s.
+ */
+void sampler_set_capture(struct sampler *s, struct capture *c);
 
 struct sources;
 
