@@ -14,6 +14,15 @@
  * (the design effect) of 10 or more for functions that run for tens of
  * milliseconds per call. A gate built on the naive test flaps.
  *
+ * What a sample is: the recorder takes one per period at a uniformly random
+ * instant within it (record/schedule.h), an independent draw of the
+ * program's state within that period. Given what the program did, a share
+ * estimated that way has at most the binomial variance, whatever the
+ * program's own rhythm (a loop of exactly one period included: a fixed grid
+ * would see it at one phase, and each recording would carry its own bias
+ * that no estimate inside it can see); what makes samples alike is calls
+ * longer than a period, which the batch means below see.
+ *
  * So the variance of each side's share is estimated twice and the larger
  * estimate is used:
  *   - binomial, with Agresti and Caffo's adjustment (one success and one
