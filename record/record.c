@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/resource.h>
@@ -392,6 +393,7 @@ struct recording {
         struct sampler_stats closed; /* the counts of samplers already closed */
         struct capture *capture;     /* in-context reads (capture.h), NULL when off */
         char capture_off[600];       /* why it is off */
+        char priority[64];           /* the sampling thread's scheduling (sampling_priority) */
         /* --subprocesses: descendants that are not (yet) Python. */
         struct candidate {
                 pid_t pid;
@@ -601,6 +603,23 @@ static void shuffle_samplers(struct recording *r, struct schedule *sch)
         }
 }
 
+/*
+ * Run the sampling thread at real-time priority (SCHED_FIFO 1), so that it
+ * runs when a sample is due whatever the target does. At normal priority
+ * it waits for a CPU when the target keeps them busy, and a CPU frees up
+ * when the target sleeps: the samples then gather in the target's idle
+ * moments (a thread busy 38% of the time was seen busy in 15% of its
+ * samples). A thread at this priority preempts the target where they
+ * share a CPU, for the length of a pass (microseconds; the target's stack
+ * cannot change meanwhile). Children we start later do not inherit it.
+ * Returns 0, or -errno (EPERM without CAP_SYS_NICE or an RLIMIT_RTPRIO).
+ */
+static int sampling_priority(void)
+{
+        struct sched_param sp = {.sched_priority = 1};
+        return sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &sp) < 0 ? -errno : 0;
+}
+
 /* Sample until stopped. Returns 0, or an exit status for a fatal error. */
 static int record_loop(struct recording *r)
 {
@@ -617,6 +636,15 @@ static int record_loop(struct recording *r)
                 seed = (uint64_t)start ^ (uint64_t)getpid() << 32;
         struct schedule sch;
         schedule_init(&sch, start, period, seed);
+        int prio = sampling_priority();
+        snprintf(r->priority, sizeof(r->priority), "%s%s", prio < 0 ? "normal: " : "SCHED_FIFO 1",
+                 prio < 0 ? strerror(-prio) : "");
+        if (prio < 0 && !r->o->quiet)
+                fprintf(stderr,
+                        "%s: note: sampling at normal priority (%s): samples of a target that "
+                        "keeps every CPU busy may be taken late, when it pauses; run as root or "
+                        "with CAP_SYS_NICE\n",
+                        prog, strerror(-prio));
         int64_t last_status = 0, last_follow = 0;
         char err[512];
         while (!stop_requested || r->child) {
@@ -935,6 +963,7 @@ int main(int argc, char **argv)
         trace_writer_set_meta_int(r.w, "memory_reads", (int64_t)r.closed.reads);
         trace_writer_set_meta_int(r.w, "proc_state_reads", (int64_t)r.closed.proc_state_reads);
         trace_writer_set_meta(r.w, "switch_events", o.no_switch_events ? "off" : "on");
+        trace_writer_set_meta(r.w, "sampling_priority", r.priority);
         /* How consistent the stacks are: in-context reads, retries, what stayed torn. */
         trace_writer_set_meta(r.w, "capture", r.capture ? "on" : r.capture_off);
         trace_writer_set_meta_int(r.w, "captured_samples", (int64_t)r.closed.captured);

@@ -190,6 +190,24 @@ static int info_text(struct trace_reader *r, const char *path, const struct info
                         out_printf(o, ", %.2f memory reads per sample", atof(reads) / s->samples);
                 out_printf(o, "%s%s%s\n", mode ? " (" : "", mode ? mode : "", mode ? ")" : "");
         }
+        /* How consistently the stacks were read (pyflame-record says since it can capture). */
+        const char *capture = trace_reader_meta(r, "capture");
+        const char *captured = trace_reader_meta(r, "captured_samples");
+        const char *retries = trace_reader_meta(r, "torn_retries");
+        const char *recovered = trace_reader_meta(r, "torn_recovered");
+        if (capture && captured && retries && recovered) {
+                if (strcmp(capture, "on") == 0)
+                        out_printf(o,
+                                   "reads:      %s of %llu samples read in the running thread's "
+                                   "own context",
+                                   captured, (unsigned long long)s->samples);
+                else
+                        out_printf(o, "reads:      from outside (in-context reads %s)", capture);
+                out_printf(o,
+                           "; %s reads repeated (torn or incomplete), %s samples whole "
+                           "after one\n",
+                           retries, recovered);
+        }
 
         static const struct table_column process_columns[] = {
             {"PID", "pid", TABLE_INT, 0},          {"PYTHON", "python", TABLE_TEXT, 0},
