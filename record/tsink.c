@@ -78,7 +78,16 @@ struct tsink *tsink_new(struct trace_writer *w)
                 return NULL;
         }
         k->w = w;
-        pthread_mutex_init(&k->lock, NULL);
+        /*
+         * The sampling thread runs at real-time priority and the committing
+         * thread does not: while the former waits for the lock, the holder
+         * runs at its priority, so that no busy target can hold it up.
+         */
+        pthread_mutexattr_t ma;
+        pthread_mutexattr_init(&ma);
+        pthread_mutexattr_setprotocol(&ma, PTHREAD_PRIO_INHERIT);
+        pthread_mutex_init(&k->lock, &ma);
+        pthread_mutexattr_destroy(&ma);
         pthread_condattr_t ca;
         pthread_condattr_init(&ca);
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
