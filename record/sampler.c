@@ -60,6 +60,7 @@ struct sthread {
         int trigger_fd;      /* capture_trigger_open() when cs is NULL, else -1 */
         int seed;            /* /proc's state read just after cs was opened */
         int running;         /* last state read: 1 on CPU, 0 not, -1 unknown */
+        int pre_stop;        /* --blocking: the switch records' state before the stop, or -1 */
         uint64_t seen_tick;
         int64_t born_ns; /* first seen */
 };
@@ -309,6 +310,7 @@ static struct sthread *thread_append(struct sampler *s, const struct pywalk_thre
         t->trigger_fd = -1;
         t->cs = NULL;
         t->running = -1;
+        t->pre_stop = -1;
         t->born_ns = s->tick_ns;
         return t;
 }
@@ -353,7 +355,7 @@ static void thread_rebind(struct sampler *s, struct sthread *t, int64_t ns_tid)
                 return;
         t->host_tid = host;
         t->stat_fd = procfs_thread_open(s->pid, host);
-        if (s->blocking || s->no_switch_events || t->stat_fd < 0)
+        if (s->no_switch_events || t->stat_fd < 0)
                 return;
         /*
          * The state from the thread's context switches, with no system call
@@ -617,6 +619,19 @@ static int stack_id(struct sampler *s, const struct pywalk_thread *th, uint32_t 
 
 /* ---- sampling --------------------------------------------------------- */
 
+/* Whether t is on CPU now, from its switch records, else from /proc; -1 unknown. */
+static int thread_running(struct sampler *s, struct sthread *t)
+{
+        int running = t->cs ? cpustate_read(t->cs) : -1;
+        if (running == CPUSTATE_NO_SWITCH)
+                running = t->seed; /* not switched since the seed was read */
+        if (running < 0 && t->stat_fd >= 0) {
+                running = procfs_thread_running(t->stat_fd);
+                s->st.proc_state_reads++;
+        }
+        return running;
+}
+
 static int on_thread(void *ctx, const struct pywalk_thread *th)
 {
         struct sampler *s = ctx;
@@ -644,19 +659,19 @@ static int on_thread(void *ctx, const struct pywalk_thread *th)
                                     1);
                 return 0;
         }
-        /* In blocking mode the stopper read the state before it stopped anything. */
-        if (s->blocking) {
+        /*
+         * In blocking mode the state is the one from before the threads were
+         * stopped: from the switch records read then, else the stopper's /proc
+         * letter. (/proc also says R for a thread woken from a sleep that has
+         * not got a CPU yet; the records, like nonblocking mode, do not.)
+         */
+        if (s->blocking && t->pre_stop >= 0) {
+                t->running = t->pre_stop;
+        } else if (s->blocking) {
                 int letter = t->host_tid > 0 ? stopper_thread_state(&s->stop, t->host_tid) : -1;
                 t->running = letter < 0 ? -1 : letter == 'R';
         } else {
-                int running = t->cs ? cpustate_read(t->cs) : -1;
-                if (running == CPUSTATE_NO_SWITCH)
-                        running = t->seed; /* not switched since the seed was read */
-                if (running < 0 && t->stat_fd >= 0) {
-                        running = procfs_thread_running(t->stat_fd);
-                        s->st.proc_state_reads++;
-                }
-                t->running = running;
+                t->running = thread_running(s, t);
         }
         unsigned state = 0;
         if (t->running != 0) /* unknown counts as running: never hide samples */
@@ -725,6 +740,10 @@ int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
         s->tick_ns = t_ns;
         s->st.ticks++;
         if (s->blocking) {
+                /* The states as they are, before stopping changes them. */
+                for (size_t i = 0; i < s->n_threads; i++)
+                        s->threads[i].pre_stop =
+                            s->threads[i].cs ? thread_running(s, &s->threads[i]) : -1;
                 int rc = stopper_stop(&s->stop, s->pid, err, errlen);
                 if (rc < 0)
                         return rc;
