@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""Accuracy against ground truth: does pyflame report the shares a program
+really has?
+
+Workloads whose true shares are known by construction (bench/accuracy/
+workload.py: each measures its own truth while it runs) are recorded with
+pyflame-record on every interpreter of the machine, in both modes, at 100 Hz
+and 1 kHz, several times each, and measured with pyflame-report:
+
+  split-P/3, split-1P, split-2P, split-10P
+                 hot_a 70% and hot_b 30% of a loop that repeats every P/3,
+                 1, 2 or 10 sampling periods exactly (the stroboscope test)
+  split-random   the same with random lengths (mean cycle one period)
+  twoproc        split-1P in two processes recorded together (-s): each pass
+                 reads them in a random order
+  depth          a leaf 100 frames deep against one 1 frame deep (no depth bias)
+  faststack      a loop calling a 20-deep recursion (its stack changes every
+                 few tens of ns) against a flat loop: the loop's total share
+  oncpu          a thread busy 40% and asleep 60% in random lengths: the share
+                 of its samples on CPU and, with --idle, the share in the
+                 sleeping function
+  gil            three threads contending for the GIL: the share of each
+                 thread's samples holding the GIL (truth: its share of the
+                 three threads' time on a CPU, from the kernel; a thread that
+                 only runs Python runs only while it holds the GIL, and one of
+                 them holds it at nearly every instant)
+
+For each case, rate and mode it prints the mean true share, the mean measured
+share, the bias (mean of measured - true over runs and interpreters, with its
+standard error) and how many runs fell outside the 99% binomial interval of
+their own truth (about 1% are expected by chance; the tail probability of
+seeing as many is printed). Target: |bias| <= 1 point everywhere.
+
+Usage: accuracy.py --record PATH --report PATH [--only 3.12,2.7]
+                   [--modes nonblocking,blocking] [--rates 100,1000]
+                   [--cases split-1P,...] [--runs 3] [--secs 6] [--json OUT]
+                   [-- EXTRA pyflame-record OPTIONS]
+A full run on every interpreter takes about 1.5 hours on a 2-CPU machine.
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKLOAD = os.path.join(HERE, "accuracy", "workload.py")
+
+CASES = ["split-P/3", "split-1P", "split-2P", "split-10P", "split-random", "twoproc", "depth",
+         "faststack", "oncpu", "gil"]
+
+
+def interpreters():
+    """(label, path) of every CPython here: pyenv's and Debian's static 3.11."""
+    found = []
+    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    for path in glob.glob(os.path.join(root, "versions", "*", "bin", "python")):
+        ver = path.split(os.sep)[-3]
+        if re.match(r"^\d+\.\d+\.\d+$", ver):
+            found.append((ver, path))
+    if os.path.exists("/usr/bin/python3.11"):
+        found.append(("debian-3.11", "/usr/bin/python3.11"))
+    return sorted(found, key=lambda v: [int(n) for n in re.findall(r"\d+", v[0])] +
+                  [v[0].startswith("debian")])
+
+
+def workload_args(case, period):
+    """The workload's arguments for a case at a sampling period (seconds)."""
+    split = {"split-P/3": period / 3, "split-1P": period, "split-2P": 2 * period,
+             "split-10P": 10 * period}
+    if case in split:
+        c = split[case]
+        return ["split", "%.9f" % (0.7 * c), "%.9f" % (0.3 * c)]
+    if case == "twoproc":
+        return ["twoproc", "%.9f" % (0.7 * period), "%.9f" % (0.3 * period)]
+    if case == "split-random":
+        return ["split", "%.9f" % (0.7 * period), "%.9f" % (0.3 * period), "random"]
+    if case in ("depth", "faststack"):
+        return [case, "%.9f" % (period / 2)]
+    if case == "oncpu":
+        return ["oncpu", "%.9f" % period]
+    return ["gil"]
+
+
+def report_json(report, db, *args):
+    out = subprocess.run([report, "--by-function", "--format", "json", "--top", "0"] +
+                         list(args) + [db], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def counts(rows, key, names):
+    got = {name: 0 for name in names}
+    for r in rows:
+        if r["function"] in got:
+            got[r["function"]] += r[key]
+    return got
+
+
+def measure(report, db, case, truth):
+    """[(metric, truth, measured, n)] for one recording."""
+    if case.startswith("split") or case == "depth" or case == "faststack":
+        a, b, key_a = {"depth": ("deep_leaf", "shallow_leaf", "self"),
+                       "faststack": ("fast_loop", "flat", "total")}.get(
+                           case, ("hot_a", "hot_b", "self"))
+        rows = report_json(report, db, "--idle")["rows"]
+        x = counts(rows, key_a, [a])[a]
+        y = counts(rows, "self", [b])[b]
+        if x + y == 0:
+            return []
+        return [(a, truth[a], x / (x + y), x + y)]
+    if case == "twoproc":
+        res = []
+        for pid in sorted(truth):
+            rows = report_json(report, db, "--idle", "--pid", pid)["rows"]
+            x = counts(rows, "self", ["hot_a"])["hot_a"]
+            y = counts(rows, "self", ["hot_b"])["hot_b"]
+            if x + y:
+                res.append(("hot_a", truth[pid]["hot_a"], x / (x + y), x + y))
+        return res
+    if case == "oncpu":
+        every = report_json(report, db, "--idle", "--thread", "worker")
+        on = report_json(report, db, "--thread", "worker")
+        n = every["samples"]
+        if not n:
+            return []
+        idle = counts(every["rows"], "self", ["idle_sleep"])["idle_sleep"]
+        return [("on-cpu", truth["on_cpu"], on["samples"] / n, n),
+                ("idle_sleep", truth["idle_sleep"], idle / n, n)]
+    res = []
+    for name in sorted(truth):
+        every = report_json(report, db, "--idle", "--thread", name)["samples"]
+        held = report_json(report, db, "--idle", "--gil", "--thread", name)["samples"]
+        if every:
+            res.append((name, truth[name], held / every, every))
+    return res
+
+
+def binom_tail(k, n, p):
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    return sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k, n + 1))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--record", required=True)
+    ap.add_argument("--report", required=True)
+    ap.add_argument("--only", help="interpreter labels, comma-separated (e.g. 3.12,2.7)")
+    ap.add_argument("--modes", default="nonblocking,blocking")
+    ap.add_argument("--rates", default="100,1000")
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--secs", type=float, default=6, help="seconds per run at 100 Hz "
+                    "(at 1 kHz a third of it)")
+    ap.add_argument("--json", help="write every run's figures here")
+    ap.add_argument("extra", nargs="*", help="more pyflame-record options, after --")
+    args = ap.parse_args()
+
+    pys = interpreters()
+    if args.only:
+        want = args.only.split(",")
+        pys = [p for p in pys if any(p[0] == w or p[0].startswith(w + ".") for w in want)]
+    if not pys:
+        sys.exit("no interpreter found")
+    cases = args.cases.split(",")
+    for c in cases:
+        if c not in CASES:
+            sys.exit("unknown case %s (one of %s)" % (c, ", ".join(CASES)))
+    tmp = tempfile.mkdtemp(prefix="pyflame-accuracy-")
+    results = []
+    total = len(pys) * len(args.modes.split(",")) * len(args.rates.split(",")) * len(cases) * \
+        args.runs
+    done = torn = late = samples = 0
+    t0 = time.time()
+    for label, py in pys:
+        for mode in args.modes.split(","):
+            for rate in [int(r) for r in args.rates.split(",")]:
+                secs = args.secs if rate <= 100 else args.secs / 3
+                for case in cases:
+                    for run in range(args.runs):
+                        db = os.path.join(tmp, "run.db")
+                        tf = os.path.join(tmp, "truth.json")
+                        wargs = workload_args(case, 1.0 / rate)
+                        cmd = [args.record, "-q", "-f", "-r", str(rate), "--" + mode, "-o", db] + \
+                            (["-s"] if case == "twoproc" else []) + args.extra + \
+                            ["--", py, WORKLOAD, wargs[0], str(secs), tf] + wargs[1:]
+                        subprocess.run(cmd, check=True, timeout=secs * 10 + 60)
+                        with open(tf) as f:
+                            truth = json.load(f)
+                        info = json.loads(subprocess.run(
+                            [args.report, "info", "--format", "json", db], capture_output=True,
+                            text=True, check=True).stdout)
+                        for metric, true, got, n in measure(args.report, db, case, truth):
+                            sd = math.sqrt(max(true * (1 - true), 1e-9) / n)
+                            results.append({
+                                "python": label, "mode": mode, "rate": rate, "case": case,
+                                "metric": metric, "run": run, "truth": true, "measured": got,
+                                "n": n, "outside": abs(got - true) > 2.576 * sd,
+                                "capture": info["meta"].get("capture", "")})
+                        torn += info["errors"]["torn"]
+                        late += info["errors"]["late"]
+                        samples += info["samples"]
+                        done += 1
+                        last = results[-1] if results else None
+                        print("[%d/%d %.0fs] %s %s %d Hz %s run %d: %s" % (
+                            done, total, time.time() - t0, label, mode, rate, case, run + 1,
+                            "%s true %.4f measured %.4f (n %d)" % (
+                                last["metric"], last["truth"], last["measured"], last["n"])
+                            if last and last["case"] == case else "no samples"), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+    print()
+    print("%d interpreters (%s), %d runs each; bias = measured - true share, in points" % (
+        len(pys), ", ".join(p[0] for p in pys), args.runs))
+    print("%-13s %-12s %-5s %-12s %5s %7s %8s %13s %9s %8s" % (
+        "CASE", "METRIC", "RATE", "MODE", "RUNS", "TRUE%", "MEASURED", "BIAS", "OUTSIDE", "P_TAIL"))
+    worst = 0.0
+    keys = []
+    for r in results:
+        k = (r["case"], r["metric"] if r["case"] != "gil" else "gil-*", r["rate"], r["mode"])
+        if k not in keys:
+            keys.append(k)
+    for k in keys:
+        rs = [r for r in results if (r["case"], r["metric"] if r["case"] != "gil" else "gil-*",
+                                     r["rate"], r["mode"]) == k]
+        biases = [100 * (r["measured"] - r["truth"]) for r in rs]
+        mean = sum(biases) / len(biases)
+        se = math.sqrt(sum((b - mean) ** 2 for b in biases) / (len(biases) - 1) /
+                       len(biases)) if len(biases) > 1 else float("nan")
+        out = sum(r["outside"] for r in rs)
+        worst = max(worst, abs(mean))
+        print("%-13s %-12s %-5d %-12s %5d %7.2f %8.2f %+6.2f ± %4.2f %4d/%-4d %8.2g" % (
+            k[0], k[1], k[2], k[3], len(rs), 100 * sum(r["truth"] for r in rs) / len(rs),
+            100 * sum(r["measured"] for r in rs) / len(rs), mean, se, out, len(rs),
+            binom_tail(out, len(rs), 0.01)))
+    print()
+    print("largest |bias|: %.2f points (target 1); %d samples, %d torn, %d slots missed" % (
+        worst, samples, torn, late))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,238 @@
+# Workloads whose true shares are known by construction, for bench/accuracy.py.
+# Each runs for DURATION seconds and writes what it measured of itself (the
+# truth) as one JSON object to OUT. Runs on Python 2.7 and 3.6+.
+#
+#   workload.py split DURATION OUT A_S B_S [random]
+#       hot_a for A_S seconds, then hot_b for B_S, over and over (periodic);
+#       with "random", each length is drawn uniformly from 0 to twice its mean.
+#   workload.py depth DURATION OUT MEAN_S
+#       deep_leaf at the bottom of a 100-deep chain and shallow_leaf called
+#       directly, in turn, for random lengths of mean MEAN_S each.
+#   workload.py faststack DURATION OUT MEAN_S
+#       fast_loop (calling a 20-deep recursion over and over: a stack that
+#       changes every few tens of nanoseconds) and flat (a loop), in turn,
+#       for random lengths of mean MEAN_S each.
+#   workload.py twoproc DURATION OUT A_S B_S
+#       split (periodic) in this process and in a child it forks, each
+#       measuring its own shares: for recordings of several processes at
+#       once (-s), where each pass reads them in some order.
+#   workload.py oncpu DURATION OUT MEAN_S
+#       a thread named "worker" busy (spin: running, or runnable when
+#       preempted) and asleep (idle_sleep) in turn, for random lengths: busy
+#       40% of the time on average.
+#   workload.py gil DURATION OUT
+#       three threads (gil-1..gil-3) running pure Python without pause, so they
+#       contend for the GIL and one of them holds it at nearly every instant.
+#       A thread that only runs Python runs only while it holds the GIL, so
+#       each one's share of the holding is its share of the three threads'
+#       time on a CPU (from the kernel: /proc/.../schedstat).
+from __future__ import division, print_function
+
+import json
+import os
+import random
+import sys
+import threading
+import time
+
+clock = getattr(time, "perf_counter", time.time)
+
+
+# Time spent inside each measured function, by the function itself: what a
+# sample finds at the top of the stack (or under it, for fast_loop), not the
+# calls and returns around it.
+inside = {}
+
+
+def hot_a(until):
+    start = clock()
+    while clock() < until:
+        pass
+    inside["hot_a"] = inside.get("hot_a", 0.0) + clock() - start
+
+
+def hot_b(until):
+    start = clock()
+    while clock() < until:
+        pass
+    inside["hot_b"] = inside.get("hot_b", 0.0) + clock() - start
+
+
+def shares(a, b):
+    ta, tb = inside.get(a, 0.0), inside.get(b, 0.0)
+    return {a: ta / (ta + tb), b: tb / (ta + tb)}
+
+
+def split(duration, a, b, rand):
+    t = clock()
+    end = t + duration
+    while t < end:
+        hot_a(t + (a * 2 * random.random() if rand else a))
+        t = clock()
+        hot_b(t + (b * 2 * random.random() if rand else b))
+        t = clock()
+    return shares("hot_a", "hot_b")
+
+
+def deep_leaf(until):
+    start = clock()
+    while clock() < until:
+        pass
+    inside["deep_leaf"] = inside.get("deep_leaf", 0.0) + clock() - start
+
+
+def shallow_leaf(until):
+    start = clock()
+    while clock() < until:
+        pass
+    inside["shallow_leaf"] = inside.get("shallow_leaf", 0.0) + clock() - start
+
+
+def descend(n, until):
+    if n:
+        return descend(n - 1, until)
+    return deep_leaf(until)
+
+
+def depth(duration, mean):
+    t = clock()
+    end = t + duration
+    while t < end:
+        descend(99, clock() + 2 * mean * random.random())
+        shallow_leaf(clock() + 2 * mean * random.random())
+        t = clock()
+    return shares("deep_leaf", "shallow_leaf")
+
+
+def rec(n):
+    if n:
+        return rec(n - 1)
+    return 0
+
+
+def fast_loop(until):
+    start = clock()
+    while clock() < until:
+        rec(20)
+    inside["fast_loop"] = inside.get("fast_loop", 0.0) + clock() - start
+
+
+def flat(until):
+    start = clock()
+    while clock() < until:
+        pass
+    inside["flat"] = inside.get("flat", 0.0) + clock() - start
+
+
+def faststack(duration, mean):
+    t = clock()
+    end = t + duration
+    while t < end:
+        fast_loop(clock() + 2 * mean * random.random())
+        flat(clock() + 2 * mean * random.random())
+        t = clock()
+    return shares("fast_loop", "flat")
+
+
+def gettid():
+    if hasattr(threading, "get_native_id"):
+        return threading.get_native_id()
+    import ctypes
+
+    return ctypes.CDLL(None).syscall(186)  # SYS_gettid on x86_64
+
+
+def oncpu_ns(tid):
+    """Time the thread has spent on a CPU, from the kernel."""
+    with open("/proc/%d/task/%d/schedstat" % (os.getpid(), tid)) as f:
+        return int(f.read().split()[0])
+
+
+def spin(until):
+    while clock() < until:
+        pass
+
+
+def idle_sleep(seconds):
+    time.sleep(seconds)
+
+
+def oncpu(duration, mean):
+    res = {}
+
+    def worker():
+        w0 = clock()
+        end = w0 + duration
+        slept = 0.0
+        t = w0
+        while t < end:
+            spin(t + 2 * 0.8 * mean * random.random())
+            s = clock()
+            idle_sleep(2 * 1.2 * mean * random.random())
+            t = clock()
+            slept += t - s
+        wall = t - w0
+        res["on_cpu"] = 1 - slept / wall
+        res["idle_sleep"] = slept / wall
+
+    th = threading.Thread(target=worker, name="worker")
+    th.start()
+    th.join()
+    return res
+
+
+def gil(duration):
+    res = {}
+
+    def worker(name):
+        tid = gettid()
+        c0, w0 = oncpu_ns(tid), clock()
+        n = 0
+        while clock() < w0 + duration:
+            for i in range(200):
+                n += i
+        res[name] = oncpu_ns(tid) - c0
+
+    threads = [threading.Thread(target=worker, args=("gil-%d" % i,), name="gil-%d" % i)
+               for i in (1, 2, 3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    total = sum(res.values())
+    return dict((name, ns / total) for name, ns in res.items())
+
+
+def main():
+    case, duration, out = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+    args = sys.argv[4:]
+    if case == "split":
+        truth = split(duration, float(args[0]), float(args[1]), args[2:] == ["random"])
+    elif case == "depth":
+        truth = depth(duration, float(args[0]))
+    elif case == "faststack":
+        truth = faststack(duration, float(args[0]))
+    elif case == "twoproc":
+        child = os.fork()
+        if child == 0:
+            mine = split(duration, float(args[0]), float(args[1]), False)
+            with open(out + ".child", "w") as f:
+                json.dump(mine, f)
+            os._exit(0)
+        mine = split(duration, float(args[0]), float(args[1]), False)
+        os.waitpid(child, 0)
+        with open(out + ".child") as f:
+            theirs = json.load(f)
+        truth = {str(os.getpid()): mine, str(child): theirs}
+    elif case == "oncpu":
+        truth = oncpu(duration, float(args[0]))
+    elif case == "gil":
+        truth = gil(duration)
+    else:
+        raise SystemExit("unknown case " + case)
+    with open(out, "w") as f:
+        json.dump(truth, f)
+
+
+if __name__ == "__main__":
+    main()
