@@ -40,6 +40,21 @@ pid_t proctree_parse_ppid(const char *buf, size_t len)
         return (pid_t)v;
 }
 
+pid_t proctree_parent(pid_t pid)
+{
+        char path[64], buf[512];
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        ssize_t len = read(fd, buf, sizeof(buf));
+        int e = errno;
+        close(fd);
+        if (len < 0)
+                return -e;
+        return proctree_parse_ppid(buf, (size_t)len);
+}
+
 struct link {
         pid_t pid, ppid;
 };

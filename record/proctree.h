@@ -28,4 +28,7 @@ int proctree_descendants(const pid_t *roots, size_t n_roots, pid_t **out);
  */
 pid_t proctree_parse_ppid(const char *buf, size_t len);
 
+/* The parent of process `pid` (as /proc/PID/stat says), or a negative errno. */
+pid_t proctree_parent(pid_t pid);
+
 #endif

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "procfs.h"
+#include "proctree.h"
 
 #define STOP_WAIT_NS 1000000000LL
 
@@ -52,14 +53,29 @@ static struct stopper_thread *thread_get(struct stopper *s, pid_t tid)
 }
 
 /*
+ * A traced thread that dies stays a zombie until its tracer waits for it,
+ * and what waits on it waits with it: its thread group's exit, and the
+ * parent of a process whose leader it is (a wait() that never returns, as
+ * a test runner's did for its child interpreters under --blocking -s).
+ * Waiting for it as its tracer hands it on to them. Not the leader of a
+ * process we started ourselves (`own_leader`): then we are its parent too,
+ * and its exit status must reach the code that reaps it as such.
+ */
+static void reap_traced(pid_t tid, bool own_leader)
+{
+        if (!own_leader)
+                waitpid(tid, NULL, __WALL | WNOHANG);
+}
+
+/*
  * Wait until `tid` reports its PTRACE_EVENT_STOP, with SIGCHLD blocked by
  * the caller. A signal-delivery-stop on the way is resumed with its signal,
- * so the signal is delivered. Events are peeked first (WNOWAIT) so that the
- * exit of the thread-group leader is left to its parent: in spawn mode that
- * is us, and the program's exit status must reach the code that reaps it.
+ * so the signal is delivered. Events are peeked first (WNOWAIT), so that the
+ * exit of our own child's leader (`own_leader`) is left to us as its parent;
+ * any other exit is reaped, as its tracer, for whoever waits on it.
  * Returns 0 when stopped, -ESRCH when the thread exited, -ETIMEDOUT.
  */
-static int wait_event_stop(pid_t tid, bool leader, long long deadline)
+static int wait_event_stop(pid_t tid, bool own_leader, long long deadline)
 {
         sigset_t chld;
         sigemptyset(&chld);
@@ -83,7 +99,7 @@ static int wait_event_stop(pid_t tid, bool leader, long long deadline)
                 }
                 bool exited = si.si_code == CLD_EXITED || si.si_code == CLD_KILLED ||
                               si.si_code == CLD_DUMPED;
-                if (exited && leader)
+                if (exited && own_leader)
                         return -ESRCH;
                 int status;
                 if (waitpid(tid, &status, __WALL | WNOHANG) <= 0 || exited)
@@ -102,18 +118,17 @@ static int wait_event_stop(pid_t tid, bool leader, long long deadline)
 }
 
 /* Detach a seized thread; if it is still running, stop it first (detach needs that). */
-static void release(pid_t tid, bool leader, bool stopped)
+static void release(pid_t tid, bool own_leader, bool stopped)
 {
         if (ptrace(PTRACE_DETACH, tid, NULL, NULL) == 0 || errno != ESRCH)
                 return;
         if (stopped) {
                 /*
-                 * Held, yet gone: killed while stopped (the program exited).
-                 * A traced thread that dies stays a zombie until its tracer
-                 * reaps it, and its thread group (the program's exit status)
-                 * waits for that. The leader's exit is its parent's to reap.
+                 * Held, yet gone: killed while stopped (the program exited,
+                 * or a thread exec'd and took the others with it). It may
+                 * take a moment to become a zombie we can reap.
                  */
-                for (int i = 0; !leader && i < 1000; i++) {
+                for (int i = 0; !own_leader && i < 1000; i++) {
                         pid_t r = waitpid(tid, NULL, __WALL | WNOHANG);
                         if (r != 0)
                                 break; /* reaped, or not ours to wait for */
@@ -122,11 +137,19 @@ static void release(pid_t tid, bool leader, bool stopped)
                 }
                 return;
         }
-        if (ptrace(PTRACE_INTERRUPT, tid, NULL, NULL) < 0)
-                return; /* gone, or not ours any more */
+        if (ptrace(PTRACE_INTERRUPT, tid, NULL, NULL) < 0) {
+                reap_traced(tid, own_leader); /* gone: hand it on, if it is ours to */
+                return;
+        }
         /* Bounded: a thread that never stops is released by the kernel when we exit. */
-        if (wait_event_stop(tid, leader, mono_ns() + 10 * STOP_WAIT_NS) == 0)
+        if (wait_event_stop(tid, own_leader, mono_ns() + 10 * STOP_WAIT_NS) == 0)
                 ptrace(PTRACE_DETACH, tid, NULL, NULL);
+}
+
+/* Whether tid is the leader of a process we started (spawn mode): see reap_traced(). */
+static bool own_leader(const struct stopper *s, pid_t tid)
+{
+        return tid == s->pid && s->own_child;
 }
 
 static bool is_running(int state)
@@ -139,6 +162,7 @@ int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen)
         if (s->pid != pid) {
                 stopper_free(s);
                 s->pid = pid;
+                s->own_child = proctree_parent(pid) == getpid();
         }
         s->generation++;
         pid_t *tids = NULL;
@@ -211,7 +235,7 @@ int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen)
         if (rc < 0) {
                 for (size_t i = 0; i < s->n; i++)
                         if (s->threads[i].held)
-                                release(s->threads[i].tid, s->threads[i].tid == pid, false);
+                                release(s->threads[i].tid, own_leader(s, s->threads[i].tid), false);
                 for (size_t i = 0; i < s->n; i++)
                         s->threads[i].held = 0;
                 sigprocmask(SIG_SETMASK, &old, NULL);
@@ -222,10 +246,10 @@ int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen)
                 struct stopper_thread *t = &s->threads[i];
                 if (!t->held)
                         continue;
-                int w = wait_event_stop(t->tid, t->tid == pid, deadline);
+                int w = wait_event_stop(t->tid, own_leader(s, t->tid), deadline);
                 if (w == -ETIMEDOUT) {
                         s->timeouts++;
-                        release(t->tid, t->tid == pid, false); /* cannot hold it: let it go */
+                        release(t->tid, own_leader(s, t->tid), false); /* cannot hold it: let go */
                 }
                 if (w < 0)
                         t->held = 0;
@@ -247,7 +271,7 @@ void stopper_resume(struct stopper *s)
 {
         for (size_t i = 0; i < s->n; i++) {
                 if (s->threads[i].held)
-                        release(s->threads[i].tid, s->threads[i].tid == s->pid, true);
+                        release(s->threads[i].tid, own_leader(s, s->threads[i].tid), true);
                 s->threads[i].held = 0;
         }
 }

@@ -15,6 +15,7 @@
 #ifndef PYFLAME_STOPPER_H
 #define PYFLAME_STOPPER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -34,6 +35,7 @@ struct stopper {
         unsigned generation;
         unsigned long long stops;    /* samples taken with threads held */
         unsigned long long timeouts; /* threads that did not stop in time */
+        bool own_child;              /* pid is our child (spawn mode): we reap its leader */
 };
 
 /*

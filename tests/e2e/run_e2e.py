@@ -345,6 +345,23 @@ def test_subprocesses(r, label, py, mode):
             workers >= 2, "workers=%d processes=%d" % (workers, len(inf["processes"])))
 
 
+def test_subprocess_churn(r, label, py, mode):
+    """Children that start and exit all the time, recorded with -s at 1 kHz: each
+    must be let go or reaped at once. A traced child that died stayed a zombie
+    of the recorder, and its parent's wait() never returned (--blocking -s)."""
+    db = r.out("churn-%s-%s" % (label, mode))
+    start = time.time()
+    try:
+        p = r.rec(["-o", db, "-r", "1k", "-s"] + mode_flags(mode) +
+                  ["--", py, os.path.join(WORK, "churn.py"), "30"], timeout=60)
+    except subprocess.TimeoutExpired:
+        r.check("%s %s -s with 30 short-lived children: finishes" % (label, mode), False,
+                "still running after 60 s")
+        return
+    r.check("%s %s -s with 30 short-lived children: finishes (%.1f s), exit 0"
+            % (label, mode, time.time() - start), p.returncode == 0, p.stderr)
+
+
 def unshare_cmd(label, py, script, args):
     """A shell command that runs `py script args` from a path that exists only
     inside new mount and PID namespaces (a copy on a private tmpfs)."""
@@ -692,7 +709,7 @@ def mode_flags(mode):
 
 
 TESTS = [test_hot, test_ratio, test_threads, test_threads_proc_state, test_generators, test_exit_status, test_attach,
-         test_subprocesses, test_container, test_signals, test_dump, test_dump_consistent,
+         test_subprocesses, test_subprocess_churn, test_container, test_signals, test_dump, test_dump_consistent,
          test_cli, test_accuracy]
 
 
