@@ -175,6 +175,7 @@ def main():
     total = len(pys) * len(args.modes.split(",")) * len(args.rates.split(",")) * len(cases) * \
         args.runs
     done = torn = late = samples = 0
+    failures = []
     t0 = time.time()
     for label, py in pys:
         for mode in args.modes.split(","):
@@ -188,9 +189,16 @@ def main():
                         cmd = [args.record, "-q", "-f", "-r", str(rate), "--" + mode, "-o", db] + \
                             (["-s"] if case == "twoproc" else []) + args.extra + \
                             ["--", py, WORKLOAD, wargs[0], str(secs), tf] + wargs[1:]
-                        subprocess.run(cmd, check=True, timeout=secs * 10 + 60)
-                        with open(tf) as f:
-                            truth = json.load(f)
+                        try:
+                            subprocess.run(cmd, check=True, timeout=secs * 10 + 60)
+                            with open(tf) as f:
+                                truth = json.load(f)
+                        except (subprocess.SubprocessError, OSError, ValueError) as e:
+                            failures.append("%s %s %d Hz %s run %d: %s" % (
+                                label, mode, rate, case, run + 1, e))
+                            print("FAILED " + failures[-1], flush=True)
+                            done += 1
+                            continue
                         info = json.loads(subprocess.run(
                             [args.report, "info", "--format", "json", db], capture_output=True,
                             text=True, check=True).stdout)
@@ -242,6 +250,9 @@ def main():
     print()
     print("largest |bias|: %.2f points (target 1); %d samples, %d torn, %d slots missed" % (
         worst, samples, torn, late))
+    for f in failures:
+        print("FAILED " + f)
+    sys.exit(1 if failures else 0)
 
 
 if __name__ == "__main__":
