@@ -62,6 +62,18 @@ int pf_parse_rate(const char *s, double *hz);
  */
 int pf_parse_size(const char *s, uint64_t *bytes);
 
+/*
+ * An acquire fence between loads of memory that another agent writes (the
+ * kernel's perf rings, a BPF program's output). ThreadSanitizer can neither
+ * model fences (gcc warns) nor see those writers: under it, a compiler
+ * barrier, which on x86 also keeps the loads in order.
+ */
+#if defined(__SANITIZE_THREAD__)
+#define PF_ACQUIRE_FENCE() __asm__ __volatile__("" ::: "memory")
+#else
+#define PF_ACQUIRE_FENCE() __atomic_thread_fence(__ATOMIC_ACQUIRE)
+#endif
+
 /* Monotonic and wall clock, nanoseconds. */
 int64_t pf_now_mono_ns(void);
 int64_t pf_now_wall_ns(void);

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "pyflame-config.h"
+#include "pfutil.h"
 
 int capture_trigger_open(pid_t tid)
 {
@@ -188,7 +189,7 @@ int capture_readv(struct capture *c, pid_t tid, int trigger_fd, const struct mem
                 off += iov[i].len;
         }
         int64_t t = (int64_t)o->time_ns;
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        PF_ACQUIRE_FENCE();
         if (__atomic_load_n(&o->seq, __ATOMIC_RELAXED) != seq)
                 return -EAGAIN; /* overwritten while copied out (cannot happen for our IPI) */
         if (time_ns)

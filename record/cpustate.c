@@ -35,6 +35,8 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "pfutil.h"
+
 /* Data pages of the ring (a power of two); one page holds 512 switch records. */
 #define RING_DATA_PAGES 1
 /* Attempts at a consistent read while the thread keeps switching. */
@@ -149,7 +151,7 @@ int cpustate_read(const struct cpustate *c)
                 /* Records are multiples of 8 bytes: the header never wraps. */
                 const uint64_t *at = (const uint64_t *)(c->data + (head & c->data_mask));
                 uint64_t word = __atomic_load_n(at, __ATOMIC_RELAXED);
-                __atomic_thread_fence(__ATOMIC_ACQUIRE);
+                PF_ACQUIRE_FENCE();
                 if (__atomic_load_n(&c->meta->data_head, __ATOMIC_RELAXED) != head)
                         continue;
                 struct perf_event_header h;

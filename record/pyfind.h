@@ -13,6 +13,7 @@
 #ifndef PYFLAME_PYFIND_H
 #define PYFLAME_PYFIND_H
 
+#include <errno.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -20,14 +21,19 @@
 
 #include "memsrc.h"
 
-/* Distinct failures of pyfind_target(), each a separate exit status for the tool. */
+/*
+ * Distinct failures of pyfind_target(), each a separate exit status for the
+ * tool. They are negative errno values, the one error convention of record/:
+ * a status from here and one from a read or a system call never mean two
+ * different things.
+ */
 enum pyfind_status {
         PYFIND_OK = 0,
-        PYFIND_NO_PROCESS = -1,  /* no such process */
-        PYFIND_PERMISSION = -2,  /* cannot read its maps or memory */
-        PYFIND_NOT_PYTHON = -3,  /* no interpreter found in the process */
-        PYFIND_UNSUPPORTED = -4, /* a Python we cannot read (version named in the message) */
-        PYFIND_NOT_READY = -5,   /* Python found but not initialised yet: retry later */
+        PYFIND_NO_PROCESS = -ESRCH,    /* no such process */
+        PYFIND_PERMISSION = -EPERM,    /* cannot read its maps or memory */
+        PYFIND_NOT_PYTHON = -ENOEXEC,  /* no interpreter found in the process */
+        PYFIND_UNSUPPORTED = -ENOTSUP, /* a Python we cannot read (version named in the message) */
+        PYFIND_NOT_READY = -EAGAIN,    /* Python found but not initialised yet: retry later */
 };
 
 /* Where version_hex came from, best first (for messages and tests). */

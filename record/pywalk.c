@@ -1497,7 +1497,10 @@ static int walk_interp(struct pywalk *w, uint64_t interp, int64_t index, pywalk_
                         if (rc != 0)
                                 th.depth = 0;
                 }
-                if (fn(ctx, &th))
+                int frc = fn(ctx, &th);
+                if (frc < 0)
+                        return frc;
+                if (frc > 0)
                         *stop = true;
                 if (last)
                         break;

@@ -75,14 +75,17 @@ void pywalk_close(struct pywalk *w);
 
 /*
  * Called once per Python thread by pywalk_sample(). `th` and its frames are
- * valid only during the call. Return non-zero to stop the walk.
+ * valid only during the call. Return 0 to go on, a positive value to stop
+ * the walk there, or a negative errno to stop it and have pywalk_sample()
+ * return that.
  */
 typedef int (*pywalk_thread_fn)(void *ctx, const struct pywalk_thread *th);
 
 /*
  * Sample every thread of every interpreter once. Returns 0 (per-thread
- * failures are reported through th->status, not here), or a negative errno
- * when the process is gone (-ESRCH) or unreadable.
+ * failures are reported through th->status, not here), a negative errno
+ * when the process is gone (-ESRCH) or unreadable, or the negative value a
+ * call of fn returned (its threads after it are not walked).
  */
 int pywalk_sample(struct pywalk *w, pywalk_thread_fn fn, void *ctx);
 

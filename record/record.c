@@ -696,7 +696,9 @@ static int record_loop(struct recording *r)
                         }
                         if (rc < 0) {
                                 fprintf(stderr, "%s%s: %s\n", r->tty ? "\n" : "", prog, err);
-                                return rc == -EPERM ? EXIT_PERMISSION : EXIT_INTERNAL;
+                                return rc == -EPERM ? EXIT_PERMISSION
+                                       : rc == -EIO ? EXIT_OUTPUT
+                                                    : EXIT_INTERNAL;
                         }
                         i++;
                 }

@@ -99,7 +99,7 @@ struct sampler {
         struct sthread *threads;
         size_t n_threads, cap_threads;
         _Atomic int64_t names_due_ns; /* next reading of the thread names */
-        int names_rc;                 /* a trace error while naming threads */
+        int names_rc;                 /* a trace status from naming threads (under the lock) */
         /* A second walker, for names_job (NULL: names are read in sampler_tick). */
         struct memsrc names_mem;
         struct pywalk *names_walk;
@@ -119,6 +119,9 @@ struct sampler {
         struct sampler_stats st;
         char *err; /* message buffer of the current call */
         size_t errlen;
+        /* A trace write that failed during a walk (-EIO, -ENOMEM), with its message. */
+        int write_rc;
+        char write_msg[256];
 };
 
 pid_t sampler_pid(const struct sampler *s)
@@ -153,7 +156,7 @@ int sampler_open(pid_t pid, bool blocking, struct sampler **out, char *err, size
         struct sampler *s = calloc(1, sizeof(*s));
         if (!s) {
                 snprintf(err, errlen, "out of memory");
-                return PYFIND_UNSUPPORTED;
+                return -ENOMEM;
         }
         s->pid = pid;
         s->blocking = blocking;
@@ -170,7 +173,7 @@ int sampler_open(pid_t pid, bool blocking, struct sampler **out, char *err, size
         s->stack_build = malloc(PYWALK_MAX_DEPTH * sizeof(uint32_t));
         if (!s->stack_build) {
                 snprintf(err, errlen, "out of memory");
-                rc = PYFIND_UNSUPPORTED;
+                rc = -ENOMEM;
                 goto fail;
         }
         *out = s;
@@ -201,10 +204,13 @@ int sampler_set_sink(struct sampler *s, struct tsink *k, char *err, size_t errle
                 s->names_walk = NULL;
         tsink_lock(k);
         int rc = trace_writer_add_process(w, &pd);
-        if (rc < 0)
+        if (rc < 0) {
                 snprintf(err, errlen, "%s", trace_writer_errmsg(w));
-        else if (s->names_walk && tsink_add_job_locked(k, names_job, s) < 0)
-                rc = TRACE_ERR_NOMEM;
+                rc = rc == TRACE_ERR_NOMEM ? -ENOMEM : -EIO;
+        } else if (s->names_walk && tsink_add_job_locked(k, names_job, s) < 0) {
+                snprintf(err, errlen, "out of memory");
+                rc = -ENOMEM;
+        }
         tsink_unlock(k);
         if (rc < 0) {
                 if (s->names_walk)
@@ -372,6 +378,19 @@ static void thread_rebind(struct sampler *s, struct sthread *t, int64_t ns_tid)
         t->seed = procfs_thread_running(t->stat_fd);
 }
 
+/*
+ * A trace call failed with `trc`: keep its message (under the sink's lock, as
+ * the writer's message may change once it is released) and return the
+ * recorder's error for it: -ENOMEM, or -EIO for anything else.
+ */
+static int write_failed(struct sampler *s, int trc)
+{
+        snprintf(s->write_msg, sizeof(s->write_msg), "%s",
+                 trc == TRACE_ERR_NOMEM ? "out of memory" : trace_writer_errmsg(s->w));
+        s->write_rc = trc == TRACE_ERR_NOMEM ? -ENOMEM : -EIO;
+        return s->write_rc;
+}
+
 static int thread_register(struct sampler *s, struct sthread *t)
 {
         if (t->ref || !s->k)
@@ -388,6 +407,8 @@ static int thread_register(struct sampler *s, struct sthread *t)
             .name = t->name,
         };
         int rc = trace_writer_add_thread(s->w, &d, &t->ref);
+        if (rc < 0)
+                rc = write_failed(s, rc);
         tsink_unlock(s->k);
         return rc;
 }
@@ -426,8 +447,9 @@ static void on_name(void *ctx, int64_t interp_id, uint64_t thread_id, const char
                 free(t->name);
                 t->name = copy;
                 /* Not yet registered: registration will carry the name. */
-                if (t->ref && trace_writer_set_thread_name(s->w, t->ref, name) < 0)
-                        s->names_rc = -EIO;
+                int rc = t->ref ? trace_writer_set_thread_name(s->w, t->ref, name) : 0;
+                if (rc < 0)
+                        s->names_rc = rc;
         }
 }
 
@@ -555,7 +577,7 @@ static int stack_cache_grow(struct sampler *s)
         size_t cap = s->stack_cap ? s->stack_cap * 2 : 1024;
         struct stack_entry *t = calloc(cap, sizeof(*t));
         if (!t)
-                return TRACE_ERR_NOMEM;
+                return -ENOMEM;
         for (size_t i = 0; i < s->stack_cap; i++) {
                 struct stack_entry *e = &s->stacks[i];
                 if (!e->stack_id && !e->depth)
@@ -579,7 +601,7 @@ static int stack_id(struct sampler *s, const struct pywalk_thread *th, uint32_t 
                 return 0;
         }
         if (s->stack_n * 2 >= s->stack_cap && stack_cache_grow(s) < 0)
-                return TRACE_ERR_NOMEM;
+                return -ENOMEM;
         uint64_t h = stack_hash(th);
         size_t j = h & (s->stack_cap - 1);
         while (s->stacks[j].stack_id || s->stacks[j].depth) {
@@ -599,12 +621,14 @@ static int stack_id(struct sampler *s, const struct pywalk_thread *th, uint32_t 
                 if (rc >= 0)
                         rc = trace_writer_intern_stack(s->w, stack, fid, &stack);
         }
+        if (rc < 0)
+                rc = write_failed(s, rc);
         tsink_unlock(s->k);
         if (rc < 0)
                 return rc;
         size_t off = s->stack_keys.len;
         if (pf_buf_reserve(&s->stack_keys, (size_t)th->depth * 8) < 0)
-                return TRACE_ERR_NOMEM;
+                return -ENOMEM;
         uint32_t *k = (uint32_t *)(s->stack_keys.data + off);
         for (uint32_t i = 0; i < th->depth; i++) {
                 k[2 * i] = th->frames[i].code->id;
@@ -680,11 +704,12 @@ static int on_thread(void *ctx, const struct pywalk_thread *th)
                 state |= TRACE_STATE_HOLDS_GIL;
         if (th->gil & PYWALK_NO_GIL)
                 state |= TRACE_STATE_NO_GIL;
-        if (thread_register(s, t) < 0)
-                return -EIO;
-        uint32_t stack;
-        if (stack_id(s, th, &stack) < 0)
-                return -EIO;
+        int rc = thread_register(s, t);
+        uint32_t stack = TRACE_STACK_EMPTY;
+        if (rc == 0)
+                rc = stack_id(s, th, &stack);
+        if (rc < 0)
+                return rc; /* ends the walk; sampler_tick() reports it */
         tsink_sample(s->k, t->ref, s->tick_ns, stack, state);
         s->st.samples++;
         return 0;
@@ -751,16 +776,21 @@ int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
                 capture_choose(s);
                 pywalk_set_batch_reader(s->walk, s->capture_tid ? capture_batch : NULL, s);
         }
+        s->write_rc = 0;
         int rc = pywalk_sample(s->walk, on_thread, s);
         if (s->blocking)
                 stopper_resume(&s->stop);
+        if (s->write_rc < 0) {
+                snprintf(err, errlen, "writing the trace: %s", s->write_msg);
+                return s->write_rc;
+        }
+        if (rc == -ENOMEM) {
+                snprintf(err, errlen, "out of memory");
+                return rc;
+        }
         if (rc == -ESRCH || (rc < 0 && kill(s->pid, 0) < 0 && errno == ESRCH)) {
                 snprintf(err, errlen, "process %d has exited", (int)s->pid);
                 return -ESRCH;
-        }
-        if (rc == -EIO && s->k) {
-                snprintf(err, errlen, "writing the trace: %s", trace_writer_errmsg(s->w));
-                return -EIO;
         }
         if (rc < 0) {
                 /* The whole walk failed (e.g. a torn thread list): count it, go on. */
@@ -773,11 +803,13 @@ int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
             t_ns >= atomic_load_explicit(&s->names_due_ns, memory_order_relaxed)) {
                 tsink_lock(s->k);
                 rc = names_refresh(s, s->walk, t_ns);
+                if (rc < 0)
+                        rc = write_failed(s, rc);
                 tsink_unlock(s->k);
         }
-        if (rc == -EIO) {
-                snprintf(err, errlen, "writing the trace: %s", trace_writer_errmsg(s->w));
-                return -EIO;
+        if (rc < 0 && s->write_rc < 0) {
+                snprintf(err, errlen, "writing the trace: %s", s->write_msg);
+                return s->write_rc;
         }
         if ((s->tick & 255) == 0 && (!s->k || tsink_trylock(s->k))) {
                 threads_gc(s); /* not while the sink commits: next time */

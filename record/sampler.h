@@ -55,7 +55,7 @@ struct tsink;
 
 /*
  * Register the process with the writer behind sink `k` (tsink.h) and queue
- * its samples there from now on. Returns 0, or a negative trace status
+ * its samples there from now on. Returns 0, or -EIO or -ENOMEM
  * (message in err).
  */
 int sampler_set_sink(struct sampler *s, struct tsink *k, char *err, size_t errlen);
@@ -80,8 +80,10 @@ void sampler_set_sources(struct sampler *s, struct sources *src, int handle);
 
 /*
  * Take one sample of every thread at monotonic time `t_ns`. Returns 0, or
- * -ESRCH when the process has gone (the caller finishes it), or another
- * negative errno for a failure worth reporting (message in err).
+ * -ESRCH when the process has gone (the caller finishes it), -EIO when the
+ * trace could not be written, -ENOMEM, or -EPERM (--blocking without ptrace
+ * permission); message in err. A thread that cannot be read is counted in
+ * the trace, not returned.
  */
 int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen);
 

@@ -103,7 +103,8 @@ struct trace_writer *tsink_writer(const struct tsink *k)
 
 int tsink_failed(const struct tsink *k)
 {
-        return atomic_load_explicit(&k->failed, memory_order_relaxed);
+        /* Acquire: pairs with the release in note_failure(), so errmsg is complete. */
+        return atomic_load_explicit(&k->failed, memory_order_acquire);
 }
 
 const char *tsink_errmsg(const struct tsink *k)
@@ -122,7 +123,8 @@ static void note_failure(struct tsink *k, int rc)
         if (rc >= 0 || tsink_failed(k))
                 return;
         snprintf(k->errmsg, sizeof(k->errmsg), "%s", trace_writer_errmsg(k->w));
-        atomic_store_explicit(&k->failed, rc, memory_order_relaxed);
+        /* Release: errmsg is written once, before failed, and never again. */
+        atomic_store_explicit(&k->failed, rc, memory_order_release);
 }
 
 /* Under the lock: apply every queued event to the writer. */

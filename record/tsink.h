@@ -80,6 +80,7 @@ void tsink_error(struct tsink *k, int32_t pid, int kind, uint64_t n);
  * recording should end. Cheap: one atomic load.
  */
 int tsink_failed(const struct tsink *k);
+/* The message of the first failure; read it only once tsink_failed() said so. */
 const char *tsink_errmsg(const struct tsink *k);
 
 /* How often the producer found the ring full and applied it itself. */

@@ -3,7 +3,8 @@
 # check formatting, build with warnings fatal, run unit, golden, consumer
 # (go tool pprof, speedscope and Chromium reading our outputs) and
 # end-to-end tests, then run the unit and golden tests again, and the
-# end-to-end tests on one interpreter, under AddressSanitizer and UBSan.
+# end-to-end tests on one interpreter, under AddressSanitizer and UBSan, and
+# under ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -35,5 +36,14 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=
 meson test -C build-ci-asan --suite unit --suite golden --print-errorlogs
 python3 tests/e2e/run_e2e.py --record build-ci-asan/record/pyflame-record \
   --report build-ci-asan/report/pyflame-report --only 3.12
+
+echo "== ThreadSanitizer"
+rm -rf build-ci-tsan
+meson setup build-ci-tsan --werror -Db_sanitize=thread -Db_lundef=false >/dev/null
+ninja -C build-ci-tsan
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+meson test -C build-ci-tsan --suite unit --suite golden --print-errorlogs
+python3 tests/e2e/run_e2e.py --record build-ci-tsan/record/pyflame-record \
+  --report build-ci-tsan/report/pyflame-report --only 3.12
 
 echo "== all tests passed"

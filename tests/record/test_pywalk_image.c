@@ -13,6 +13,7 @@
  * Thread names through a threading module built the version's way (dict
  * layouts, instance dicts and values arrays), damaged and fuzzed too.
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -457,6 +458,50 @@ static void check_two_interps(void **state)
         assert_int_equal(g.t[1].interp, p.L.is_id >= 0 ? 7 : 1);
         assert_int_equal(g.t[1].f[0].line, 4);
         assert_int_equal(g.t[1].tid, 555);
+        pywalk_close(w);
+        pyimg_free(&p);
+}
+
+/* A callback that stops the walk at its first thread, with `rc`. */
+struct stop_ctx {
+        int rc, calls;
+};
+
+static int stop_at_first(void *ctx, const struct pywalk_thread *th)
+{
+        struct stop_ctx *c = ctx;
+        (void)th;
+        c->calls++;
+        return c->rc;
+}
+
+/*
+ * What the callback returns ends the walk: an error (a trace that cannot be
+ * written, no memory) comes back from pywalk_sample() and no later thread is
+ * walked; a positive value just stops. Errors used to be taken for "stop",
+ * and the sample's remaining threads were dropped without a word.
+ */
+static void check_callback_errors(void **state)
+{
+        const struct ver *v = *state;
+        struct pyimg p;
+        make_image(v, &p);
+        uint64_t code = mkcode(&p, "f", "f", "/a.py", 1, 10, 0);
+        for (int i = 0; i < 3; i++)
+                pyimg_push(&p, pyimg_add_thread(&p, p.interps[0], -1), PYIMG_FRAME, code, 1);
+        struct pywalk *w = open_walk(&p);
+        struct stop_ctx c = {-ENOMEM, 0};
+        assert_int_equal(pywalk_sample(w, stop_at_first, &c), -ENOMEM);
+        assert_int_equal(c.calls, 1);
+        c = (struct stop_ctx){-EIO, 0};
+        assert_int_equal(pywalk_sample(w, stop_at_first, &c), -EIO);
+        assert_int_equal(c.calls, 1);
+        c = (struct stop_ctx){1, 0};
+        assert_int_equal(pywalk_sample(w, stop_at_first, &c), 0);
+        assert_int_equal(c.calls, 1);
+        c = (struct stop_ctx){0, 0};
+        assert_int_equal(pywalk_sample(w, stop_at_first, &c), 0);
+        assert_int_equal(c.calls, 3);
         pywalk_close(w);
         pyimg_free(&p);
 }
@@ -1498,6 +1543,7 @@ static const struct scenario scenarios[] = {
     {"basic", check_basic, any},
     {"reads", check_read_budget, any},
     {"interps", check_two_interps, any},
+    {"callback-errors", check_callback_errors, any},
     {"chunks", check_chunks, chunked},
     {"tlbc", check_tlbc, tlbc},
     {"nogil", check_no_gil, free_threaded},
