@@ -122,6 +122,13 @@ struct sampler {
         /* A trace write that failed during a walk (-EIO, -ENOMEM), with its message. */
         int write_rc;
         char write_msg[256];
+        /*
+         * --blocking: what the walk saw while the target's threads were held,
+         * turned into samples once they are released (on_thread()).
+         */
+        struct pywalk_thread *held;
+        size_t n_held, cap_held;
+        struct pf_buf held_frames;
 };
 
 pid_t sampler_pid(const struct sampler *s)
@@ -262,6 +269,8 @@ void sampler_close(struct sampler *s)
                 free(s->threads[i].name);
         }
         free(s->threads);
+        free(s->held);
+        pf_buf_free(&s->held_frames);
         free(s->frame_keys);
         free(s->frame_vals);
         free(s->stacks);
@@ -656,9 +665,9 @@ static int thread_running(struct sampler *s, struct sthread *t)
         return running;
 }
 
-static int on_thread(void *ctx, const struct pywalk_thread *th)
+/* One walked thread to a sample in the trace (or an error count). */
+static int sample_thread(struct sampler *s, const struct pywalk_thread *th)
 {
-        struct sampler *s = ctx;
         /* A thread state still being set up (no thread id yet) is not a thread yet. */
         if (th->thread_id == 0 && th->depth == 0)
                 return 0;
@@ -712,6 +721,36 @@ static int on_thread(void *ctx, const struct pywalk_thread *th)
                 return rc; /* ends the walk; sampler_tick() reports it */
         tsink_sample(s->k, t->ref, s->tick_ns, stack, state);
         s->st.samples++;
+        return 0;
+}
+
+/*
+ * pywalk's callback. While the target's threads are held (--blocking) the
+ * walk is only copied: making samples of it may wait for the sink's lock,
+ * held through commits and source-file reads, and the target would wait
+ * with us. sampler_tick() makes them once the threads are released.
+ */
+static int on_thread(void *ctx, const struct pywalk_thread *th)
+{
+        struct sampler *s = ctx;
+        if (!stopper_holding())
+                return sample_thread(s, th);
+        if (s->n_held == s->cap_held) {
+                size_t cap = s->cap_held ? 2 * s->cap_held : 16;
+                struct pywalk_thread *p = realloc(s->held, cap * sizeof(*p));
+                if (!p)
+                        return -ENOMEM;
+                s->held = p;
+                s->cap_held = cap;
+        }
+        struct pywalk_thread *copy = &s->held[s->n_held];
+        *copy = *th;
+        /* The frames' offset for now; a pointer once the buffer stops growing. */
+        copy->frames = (struct pywalk_frame *)(uintptr_t)s->held_frames.len;
+        if (th->depth &&
+            pf_buf_append(&s->held_frames, th->frames, th->depth * sizeof(*th->frames)) < 0)
+                return -ENOMEM;
+        s->n_held++;
         return 0;
 }
 
@@ -777,9 +816,16 @@ int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
                 pywalk_set_batch_reader(s->walk, s->capture_tid ? capture_batch : NULL, s);
         }
         s->write_rc = 0;
+        s->n_held = 0;
+        s->held_frames.len = 0;
         int rc = pywalk_sample(s->walk, on_thread, s);
         if (s->blocking)
                 stopper_resume(&s->stop);
+        for (size_t i = 0; i < s->n_held && rc >= 0; i++) {
+                struct pywalk_thread *th = &s->held[i];
+                th->frames = (struct pywalk_frame *)(s->held_frames.data + (uintptr_t)th->frames);
+                rc = sample_thread(s, th);
+        }
         if (s->write_rc < 0) {
                 snprintf(err, errlen, "writing the trace: %s", s->write_msg);
                 return s->write_rc;

@@ -27,6 +27,14 @@
 
 #define STOP_WAIT_NS 1000000000LL
 
+/* Whether this thread holds threads of a target stopped now (stopper_holding()). */
+static _Thread_local bool holding;
+
+bool stopper_holding(void)
+{
+        return holding;
+}
+
 static long long mono_ns(void)
 {
         struct timespec ts;
@@ -256,6 +264,8 @@ int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen)
         }
         sigprocmask(SIG_SETMASK, &old, NULL);
         s->stops++;
+        for (size_t i = 0; i < s->n && !holding; i++)
+                holding = s->threads[i].held;
         return 0;
 }
 
@@ -274,6 +284,7 @@ void stopper_resume(struct stopper *s)
                         release(s->threads[i].tid, own_leader(s, s->threads[i].tid), true);
                 s->threads[i].held = 0;
         }
+        holding = false;
 }
 
 void stopper_free(struct stopper *s)

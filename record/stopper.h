@@ -52,6 +52,14 @@ int stopper_thread_state(const struct stopper *s, pid_t tid);
 /* Detach every held thread (delivering any signal caught meanwhile). */
 void stopper_resume(struct stopper *s);
 
+/*
+ * Whether the calling thread holds stopped threads of a target now (between
+ * a stopper_stop() that stopped some and stopper_resume()). While it does it
+ * must not wait for anything of ours that may be slow: the target waits with
+ * it (tsink_lock() asserts this).
+ */
+bool stopper_holding(void);
+
 /* Resume, close cached files, free. The struct may be reused after. */
 void stopper_free(struct stopper *s);
 

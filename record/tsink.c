@@ -11,6 +11,7 @@
  */
 #include "tsink.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -22,6 +23,7 @@
 
 #include "pfutil.h"
 #include "sources.h"
+#include "stopper.h"
 
 /* 64 Ki entries, 1.5 MiB: over half a second of samples at 100 kHz. */
 #define RING_BITS 16
@@ -147,6 +149,8 @@ static void apply(struct tsink *k)
 
 void tsink_lock(struct tsink *k)
 {
+        /* The lock may be held through a commit: never while a target is held (--blocking). */
+        assert(!stopper_holding());
         pthread_mutex_lock(&k->lock);
         apply(k);
 }
@@ -202,6 +206,7 @@ static void push(struct tsink *k, const struct event *e)
 void tsink_sample(struct tsink *k, uint32_t thread_ref, int64_t t_ns, uint32_t stack_id,
                   unsigned state)
 {
+        assert(!stopper_holding()); /* a full ring is drained under the lock */
         struct event e = {t_ns, thread_ref, stack_id, state, EV_SAMPLE};
         push(k, &e);
 }
