@@ -47,11 +47,13 @@
 #define OBJ_PREFIX       256 /* first read of a str or bytes object */
 #define PREFETCH_SPANS   8192
 #define PREFETCH_BYTES   (32u << 20)
-#define SPAN_GAP         2048 /* prefetched spans closer than this are read as one */
-#define PAGE             4096 /* <=3.10 heap frames are read by the page... */
-#define FRAME_PAGES      128  /* ...and the pages that held one lately are kept in the batch */
-#define FRAME_PAGE_AGE   64   /* samples a page stays there unused */
-#define TID_SCAN_BYTES   2048 /* searched of a struct pthread for the TID */
+#define SPAN_GAP         2048  /* prefetched spans closer than this are read as one */
+#define CODE_CACHE_SOFT  16384 /* code entries above this: forget those not seen lately */
+#define CODE_CACHE_IDLE  1000  /* samples an entry may go unseen before it may be forgotten */
+#define PAGE             4096  /* <=3.10 heap frames are read by the page... */
+#define FRAME_PAGES      128   /* ...and the pages that held one lately are kept in the batch */
+#define FRAME_PAGE_AGE   64    /* samples a page stays there unused */
+#define TID_SCAN_BYTES   2048  /* searched of a struct pthread for the TID */
 #define TID_SCAN_CHUNK   256
 #define TID_SEARCH_TRIES 16
 #define TID_CANDIDATES   64
@@ -230,8 +232,9 @@ struct pywalk {
 
         struct code_entry **hash; /* open addressing by code address */
         size_t hash_cap, hash_n;
-        struct code_entry **all; /* every entry ever made, freed at close */
+        struct code_entry **all; /* every entry made and not yet forgotten (code_cache_trim) */
         size_t n_all, cap_all;
+        size_t trim_at; /* trim the code cache when it holds more entries than this */
         uint32_t next_id;
         struct type_flags types[32];
         size_t n_types;
@@ -531,6 +534,55 @@ static void code_free(struct code_entry *e)
         lt_map_free(&e->lines);
         free(e->tlbc);
         free(e);
+}
+
+/*
+ * Keep the code cache bounded in a program that keeps making code (exec,
+ * eval, templates, lambdas in a loop; a code object freed and another built
+ * at its address gets a new entry). Above CODE_CACHE_SOFT entries, at the
+ * start of a sample, forget entries superseded at their address and those
+ * not seen for CODE_CACHE_IDLE samples; if twice the soft bound are still
+ * in use, the least recently seen go too. A forgotten code object seen again
+ * is decoded again, under a new id (the ids are never reused). Amortized: the
+ * next trim waits until the cache has doubled again.
+ */
+static int seen_cmp(const void *a, const void *b)
+{
+        const struct code_entry *x = *(struct code_entry *const *)a,
+                                *y = *(struct code_entry *const *)b;
+        return x->seen_sample > y->seen_sample ? -1 : x->seen_sample < y->seen_sample;
+}
+
+static void code_cache_trim(struct pywalk *w)
+{
+        if (w->n_all <= (w->trim_at > CODE_CACHE_SOFT ? w->trim_at : CODE_CACHE_SOFT))
+                return;
+        size_t kept = 0;
+        for (size_t i = 0; i < w->n_all; i++) {
+                struct code_entry *e = w->all[i];
+                bool current = code_lookup(w, e->addr) == e;
+                if (current && e->seen_sample + CODE_CACHE_IDLE >= w->sample_no)
+                        w->all[kept++] = e;
+                else
+                        code_free(e);
+        }
+        w->n_all = kept;
+        if (w->n_all > 2 * CODE_CACHE_SOFT) {
+                qsort(w->all, w->n_all, sizeof(*w->all), seen_cmp); /* most recent first */
+                for (size_t i = CODE_CACHE_SOFT; i < w->n_all; i++)
+                        code_free(w->all[i]);
+                w->n_all = CODE_CACHE_SOFT;
+        }
+        memset(w->hash, 0, w->hash_cap * sizeof(*w->hash));
+        w->hash_n = 0;
+        for (size_t i = 0; i < w->n_all; i++) {
+                size_t j = hash_slot(w->all[i]->addr, w->hash_cap);
+                while (w->hash[j])
+                        j = (j + 1) & (w->hash_cap - 1);
+                w->hash[j] = w->all[i];
+                w->hash_n++;
+        }
+        w->trim_at = 2 * w->n_all;
 }
 
 /* tp_flags of the type at `type`, cached (types outlive everything we read). */
@@ -1520,6 +1572,7 @@ static int interp_head(struct pywalk *w, uint64_t *head)
 int pywalk_sample(struct pywalk *w, pywalk_thread_fn fn, void *ctx)
 {
         w->sample_no++;
+        code_cache_trim(w);
         tid_search(w);
         w->n_tid_candidates = 0;
         snap_begin(w);
@@ -1580,6 +1633,11 @@ void pywalk_set_batch_reader(struct pywalk *w, pywalk_batch_fn fn, void *ctx)
 {
         w->batch_fn = fn;
         w->batch_ctx = ctx;
+}
+
+size_t pywalk_code_entries(const struct pywalk *w)
+{
+        return w->n_all;
 }
 
 uint64_t pywalk_reads(const struct pywalk *w)

@@ -22,8 +22,10 @@
 
 /*
  * A code object as decoded once and cached by the walker (owned by it; valid
- * until pywalk_close()). A code object freed and replaced by another at the
- * same address gets a new entry and a new id.
+ * until the next pywalk_sample(): the cache is bounded, and entries not seen
+ * for a while are forgotten). A code object freed and replaced by another at
+ * the same address gets a new entry and a new id; ids are never reused, so
+ * they can key a cache of the caller's.
  */
 struct pywalk_code {
         uint32_t id;          /* unique per walker, dense from 1: use it as a cache key */
@@ -141,6 +143,9 @@ typedef int (*pywalk_batch_fn)(void *ctx, const struct memsrc_iov *iov, size_t n
  * says which threads were read whole from a batch of fn.
  */
 void pywalk_set_batch_reader(struct pywalk *w, pywalk_batch_fn fn, void *ctx);
+
+/* Code objects the walker holds decoded now (tests: the cache stays bounded). */
+size_t pywalk_code_entries(const struct pywalk *w);
 
 /* Number of memory reads issued so far (benchmarks). */
 uint64_t pywalk_reads(const struct pywalk *w);

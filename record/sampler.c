@@ -556,6 +556,31 @@ static int frame_id(struct sampler *s, const struct pywalk_frame *f, uint32_t *o
         return 0;
 }
 
+/*
+ * The frame and stack caches are keyed by the walker's code ids, which a
+ * program that keeps making code (and the walker forgetting old code) never
+ * stops adding. They only spare the writer's interning, which dedupes by
+ * content: past a bound, start them afresh. Between walks only.
+ */
+#define CACHE_MAX_ENTRIES (1u << 18)
+#define CACHE_MAX_KEYS    (64u << 20) /* bytes of stack keys */
+
+static void caches_trim(struct sampler *s)
+{
+        if (s->frame_n <= CACHE_MAX_ENTRIES && s->stack_n <= CACHE_MAX_ENTRIES &&
+            s->stack_keys.len <= CACHE_MAX_KEYS)
+                return;
+        free(s->frame_keys);
+        free(s->frame_vals);
+        free(s->stacks);
+        s->frame_keys = NULL;
+        s->frame_vals = NULL;
+        s->stacks = NULL;
+        s->frame_cap = s->frame_n = s->stack_cap = s->stack_n = 0;
+        s->stack_keys.len = 0;
+        s->st.cache_resets++;
+}
+
 /* Once per frame of every sample: one multiply per frame, mixed well at the end. */
 static uint64_t stack_hash(const struct pywalk_thread *th)
 {
@@ -815,6 +840,7 @@ int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
                 capture_choose(s);
                 pywalk_set_batch_reader(s->walk, s->capture_tid ? capture_batch : NULL, s);
         }
+        caches_trim(s);
         s->write_rc = 0;
         s->n_held = 0;
         s->held_frames.len = 0;

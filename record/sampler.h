@@ -34,6 +34,7 @@ struct sampler_stats {
         uint64_t read_errors;      /* thread samples dropped for a failed read */
         uint64_t reads;            /* memory reads issued by the walker */
         uint64_t proc_state_reads; /* on-CPU states read from /proc, not from switches */
+        uint64_t cache_resets;     /* frame and stack caches started afresh (bounded) */
 };
 
 /*

@@ -612,6 +612,56 @@ static void check_code_reuse(void **state)
 }
 
 /*
+ * A program that keeps making code: here a code object at one address whose
+ * identity (its name) changes between samples, 40,000 times, as happens
+ * when one is freed and another built in its place. Each gets an entry and
+ * an id, and the cache stays bounded (the walker forgets the superseded
+ * ones); the newest is reported right throughout.
+ */
+static void check_code_cache_bounded(void **state)
+{
+        const struct ver *v = *state;
+        struct pyimg p;
+        make_image(v, &p);
+        uint64_t code = mkcode(&p, "f0", "f0", "/gen.py", 1, 4, 0);
+        int t = pyimg_add_thread(&p, p.interps[0], -1);
+        uint64_t f = pyimg_push(&p, t, PYIMG_FRAME, code, 2);
+        struct pywalk *w = open_walk(&p);
+        struct got g;
+        size_t most = 0;
+        uint32_t last_id = 0;
+        /* Two names in turn: each change is a new identity at the same address. */
+        const char *names[2] = {"odd", "even"};
+        uint64_t strs[2] = {pyimg_str(&p, names[0], PYIMG_STR_AUTO),
+                            pyimg_str(&p, names[1], PYIMG_STR_AUTO)};
+        pyimg_sync(&p);
+        for (int i = 1; i <= 40000; i++) {
+                const char *name = names[i % 2];
+                img_u64(p.img, code + (uint64_t)p.L.co_name, strs[i % 2]);
+                if (p.L.co_qualname >= 0)
+                        img_u64(p.img, code + (uint64_t)p.L.co_qualname, strs[i % 2]);
+                sample(w, &g);
+                if (i % 4000 == 0) {
+                        assert_int_equal(g.t[0].status, 0);
+                        assert_string_equal(g.t[0].f[0].name, name);
+                        assert_true(g.t[0].f[0].id > last_id);
+                        last_id = g.t[0].f[0].id;
+                }
+                /* A sample without the frame: the next one checks the object again. */
+                pyimg_set_top(&p, t, 0);
+                sample(w, &g);
+                pyimg_set_top(&p, t, f);
+                if (pywalk_code_entries(w) > most)
+                        most = pywalk_code_entries(w);
+        }
+        print_message("%-6s code-cache: at most %zu entries over 40000 code objects\n", v->name,
+                      most);
+        assert_true(most <= 2 * 16384 + 1);
+        pywalk_close(w);
+        pyimg_free(&p);
+}
+
+/*
  * The case that escaped the instruction-pointer check: a big code object
  * (a module body run once) is freed and a smaller one is built at its
  * address; the frame's instruction fits both. Seen live on 3.6-3.8, where a
@@ -1550,6 +1600,7 @@ static const struct scenario scenarios[] = {
     {"code-reuse", check_code_reuse, any},
     {"code-reuse-smaller", check_code_reuse_smaller, any},
     {"code-reuse-return", check_code_reuse_return, any},
+    {"code-cache-bounded", check_code_cache_bounded, any},
     {"torn-cycle", check_torn_cycle, any},
     {"torn-yielded", check_torn_yielded, frame_state},
     {"torn-dead-frame", check_torn_dead_frame, heap_frames},
