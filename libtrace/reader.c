@@ -28,6 +28,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -923,27 +924,117 @@ static int load_chunk_totals(struct trace_reader *r)
 }
 
 /*
+ * A trace may come from anywhere (a CI artifact, a bug report, a stranger).
+ * Open it as SQLite's notes on databases from untrusted sources say
+ * (https://www.sqlite.org/security.html): defensive mode (no writes to the
+ * schema, no PRAGMAs that can corrupt it), functions named in the schema not
+ * trusted, no triggers and no views (the reader reads its own tables, by
+ * name; something planted under those names is not a table), cell size
+ * checks, no memory-mapped I/O, no attached databases, and bounded strings
+ * and blobs (a sample chunk or a compressed source is far smaller).
+ */
+#define READ_MAX_BLOB (64 << 20)
+
+static int open_untrusted(const char *path, int flags, sqlite3 **out)
+{
+        sqlite3 *db = NULL;
+        int rc = sqlite3_open_v2(path, &db, flags, NULL);
+        if (rc == SQLITE_OK) {
+                sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
+                sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
+                sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_TRIGGER, 0, NULL);
+                sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_VIEW, 0, NULL);
+                sqlite3_limit(db, SQLITE_LIMIT_LENGTH, READ_MAX_BLOB);
+                sqlite3_limit(db, SQLITE_LIMIT_ATTACHED, 0);
+                rc = sqlite3_exec(db, "PRAGMA cell_size_check = ON; PRAGMA mmap_size = 0;", NULL,
+                                  NULL, NULL);
+        }
+        if (rc == SQLITE_OK) {
+                /* A live recorder holds the lock briefly once a second: wait for it. */
+                sqlite3_busy_timeout(db, 5000);
+                sqlite3_extended_result_codes(db, 1);
+                *out = db;
+        } else {
+                sqlite3_close(db);
+        }
+        return rc;
+}
+
+/* Copy the file at `from` to a new file `to`. Returns 0 or -errno. */
+static int copy_file(const char *from, const char *to)
+{
+        int in = open(from, O_RDONLY | O_CLOEXEC);
+        if (in < 0)
+                return -errno;
+        int out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (out < 0) {
+                int e = errno;
+                close(in);
+                return -e;
+        }
+        char buf[65536];
+        ssize_t n;
+        int rc = 0;
+        while (rc == 0 && (n = read(in, buf, sizeof(buf))) != 0) {
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 || write(out, buf, (size_t)n) != n)
+                        rc = errno ? -errno : -EIO;
+        }
+        close(in);
+        if (close(out) < 0 && rc == 0)
+                rc = -errno;
+        return rc;
+}
+
+/*
  * A recorder killed inside a commit leaves a "hot" journal next to the trace.
  * A read-only connection may not roll it back; a read-write one does so as
- * soon as it reads. That restores the last complete commit, which is what
- * the recorder's last flush left.
+ * soon as it reads, which restores the last complete commit (what the
+ * recorder's last flush left). That is done on a private copy of the two
+ * files, which is then read: the trace a user points us at is never written
+ * to (a journal is as untrusted as the trace, and may lie about what to
+ * restore), and a trace in a read-only place reads all the same.
  */
 static int roll_back_hot_journal(struct trace_reader *r)
 {
+        const char *tmp = getenv("TMPDIR");
+        char dir[PATH_MAX], copy[PATH_MAX + 32], journal[PATH_MAX + 64], orig_journal[PATH_MAX];
+        snprintf(dir, sizeof(dir), "%s/pyflame-rollback-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(dir))
+                return fail(r, TRACE_ERR_IO,
+                            "%s: the recorder was stopped in the middle of writing, and a "
+                            "private copy to roll its journal back in cannot be made in %s: %s "
+                            "(set TMPDIR to a writable directory)",
+                            r->path, tmp && *tmp ? tmp : "/tmp", strerror(errno));
+        snprintf(copy, sizeof(copy), "%s/trace.db", dir);
+        snprintf(journal, sizeof(journal), "%s-journal", copy);
+        snprintf(orig_journal, sizeof(orig_journal), "%s-journal", r->path);
+        int e = copy_file(r->path, copy);
+        if (e == 0)
+                e = copy_file(orig_journal, journal);
         sqlite3 *db = NULL;
         int64_t v;
-        int rc = sqlite3_open_v2(r->path, &db, SQLITE_OPEN_READWRITE, NULL);
-        if (rc == SQLITE_OK) {
-                sqlite3_busy_timeout(db, 5000);
-                rc = query_int(db, "PRAGMA user_version", &v);
-        }
+        int rc = e ? SQLITE_IOERR : open_untrusted(copy, SQLITE_OPEN_READWRITE, &db);
+        if (rc == SQLITE_OK)
+                rc = query_int(db, "PRAGMA user_version", &v); /* rolls back */
         sqlite3_close(db);
-        if (rc != SQLITE_OK)
+        if (rc == SQLITE_OK) {
+                sqlite3_close(r->db);
+                r->db = NULL;
+                rc = open_untrusted(copy, SQLITE_OPEN_READONLY, &r->db);
+        }
+        /* Open files stay readable once unlinked. */
+        unlink(journal);
+        unlink(copy);
+        rmdir(dir);
+        if (e)
                 return fail(r, TRACE_ERR_IO,
-                            "%s: the recorder was stopped in the middle of writing and its "
-                            "journal %s-journal must be rolled back, which needs write "
-                            "access to the trace and its directory (%s)",
-                            r->path, r->path, sqlite3_errstr(rc));
+                            "%s: the recorder was stopped in the middle of writing, and its "
+                            "trace and journal could not be copied to roll it back: %s",
+                            r->path, strerror(-e));
+        if (rc != SQLITE_OK)
+                return fail_sqlite(r, rc, "rolling back the journal of an interrupted recording");
         return 0;
 }
 
@@ -973,12 +1064,9 @@ static int begin_read(struct trace_reader *r)
 
 static int load(struct trace_reader *r)
 {
-        int rc = sqlite3_open_v2(r->path, &r->db, SQLITE_OPEN_READONLY, NULL);
+        int rc = open_untrusted(r->path, SQLITE_OPEN_READONLY, &r->db);
         if (rc != SQLITE_OK)
                 return fail_sqlite(r, rc, "opening");
-        /* A live recorder holds the lock briefly once a second: wait for it. */
-        sqlite3_busy_timeout(r->db, 5000);
-        sqlite3_extended_result_codes(r->db, 1);
         if ((rc = begin_read(r)) < 0)
                 return rc;
         if ((rc = check_schema(r)) < 0 || (rc = load_meta(r)) < 0 || (rc = load_strings(r)) < 0 ||
