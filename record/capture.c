@@ -65,7 +65,8 @@ struct capture {
 /* libbpf's last complaint, for the message when loading fails. */
 static char libbpf_msg[256];
 
-static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list ap)
+__attribute__((format(printf, 2, 0))) static int libbpf_print(enum libbpf_print_level level,
+                                                              const char *fmt, va_list ap)
 {
         if (level == LIBBPF_DEBUG)
                 return 0;

@@ -45,7 +45,8 @@ static void put_one_line(const char *msg)
                 fputc((unsigned char)*p < 0x20 ? ' ' : *p, stderr);
 }
 
-static int vfail(const char *subject, const char *fmt, va_list ap)
+__attribute__((format(printf, 2, 0))) static int vfail(const char *subject, const char *fmt,
+                                                       va_list ap)
 {
         char msg[1024];
         vsnprintf(msg, sizeof(msg), fmt, ap);

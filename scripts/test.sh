@@ -46,4 +46,11 @@ meson test -C build-ci-tsan --suite unit --suite golden --print-errorlogs
 python3 tests/e2e/run_e2e.py --record build-ci-tsan/record/pyflame-record \
   --report build-ci-tsan/report/pyflame-report --only 3.12
 
+echo "== fuzzing the report with libFuzzer (fixed seed; clang, ASan, UBSan)"
+rm -rf build-ci-fuzz
+CC=clang meson setup build-ci-fuzz --werror -Dfuzz=true -Db_sanitize=address,undefined \
+  -Db_lundef=false >/dev/null
+ninja -C build-ci-fuzz
+meson test -C build-ci-fuzz --suite fuzz --print-errorlogs
+
 echo "== all tests passed"
