@@ -255,20 +255,22 @@ static int check_file(struct trace_reader *r)
 /*
  * Compare the file size with the size its header promises. Only meaningful
  * under SQLite's shared lock: a writer updates the header before it appends
- * the pages. Returns 0 or TRACE_ERR_CORRUPT.
+ * the pages. Read through SQLite's own file handle: opening the file again
+ * and closing it would drop every POSIX lock this process holds on it,
+ * SQLite's shared lock included, and a live recorder could then commit in
+ * the middle of our reads (it did: one read of a live trace in a few hundred
+ * came out "malformed"). Returns 0 or TRACE_ERR_CORRUPT.
  */
 static int check_truncation(struct trace_reader *r)
 {
         uint8_t hdr[100];
-        struct stat st;
-        int fd = open(r->path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return 0; /* SQLite has it open; let its own errors speak */
-        ssize_t n = pread(fd, hdr, sizeof(hdr), 0);
-        int ok = fstat(fd, &st);
-        close(fd);
-        if (n != (ssize_t)sizeof(hdr) || ok < 0)
-                return 0;
+        sqlite3_file *f = NULL;
+        sqlite3_int64 size = 0;
+        if (sqlite3_file_control(r->db, "main", SQLITE_FCNTL_FILE_POINTER, &f) != SQLITE_OK || !f ||
+            !f->pMethods || f->pMethods->xFileSize(f, &size) != SQLITE_OK ||
+            f->pMethods->xRead(f, hdr, sizeof(hdr), 0) != SQLITE_OK)
+                return 0; /* let SQLite's own errors speak */
+        struct stat st = {.st_size = (off_t)size};
         /* Pages promised by the header (valid when bytes 24 and 92 agree). */
         uint32_t page_size = (uint32_t)hdr[16] << 8 | hdr[17];
         uint64_t pages = be32(hdr + 28);
@@ -1010,6 +1012,9 @@ static int roll_back_hot_journal(struct trace_reader *r)
         snprintf(copy, sizeof(copy), "%s/trace.db", dir);
         snprintf(journal, sizeof(journal), "%s-journal", copy);
         snprintf(orig_journal, sizeof(orig_journal), "%s-journal", r->path);
+        /* Closed first: copying opens and closes the trace, which drops its locks. */
+        sqlite3_close(r->db);
+        r->db = NULL;
         int e = copy_file(r->path, copy);
         if (e == 0)
                 e = copy_file(orig_journal, journal);
@@ -1019,11 +1024,8 @@ static int roll_back_hot_journal(struct trace_reader *r)
         if (rc == SQLITE_OK)
                 rc = query_int(db, "PRAGMA user_version", &v); /* rolls back */
         sqlite3_close(db);
-        if (rc == SQLITE_OK) {
-                sqlite3_close(r->db);
-                r->db = NULL;
+        if (rc == SQLITE_OK)
                 rc = open_untrusted(copy, SQLITE_OPEN_READONLY, &r->db);
-        }
         /* Open files stay readable once unlinked. */
         unlink(journal);
         unlink(copy);
@@ -1034,7 +1036,12 @@ static int roll_back_hot_journal(struct trace_reader *r)
                             "trace and journal could not be copied to roll it back: %s",
                             r->path, strerror(-e));
         if (rc != SQLITE_OK)
-                return fail_sqlite(r, rc, "rolling back the journal of an interrupted recording");
+                return fail(r,
+                            trace_status_from_sqlite(rc) == TRACE_ERR_NOMEM ? TRACE_ERR_NOMEM
+                                                                            : TRACE_ERR_CORRUPT,
+                            "%s: damaged trace (%s) while rolling back the journal of an "
+                            "interrupted recording",
+                            r->path, sqlite3_errstr(rc));
         return 0;
 }
 
