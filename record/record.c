@@ -997,10 +997,18 @@ int main(int argc, char **argv)
         capture_close(r.capture);
         free(r.candidates);
         if (r.child) {
-                /* The program's exit status is ours; wait for it whatever happened. */
+                /*
+                 * The program's exit status is ours; wait for it whatever
+                 * happened. A recording that failed (a full disk, the trace's
+                 * directory gone) is no reason to harm the program: it goes
+                 * on, unrecorded, to its end (Ctrl-C reaches it as before).
+                 */
                 if (!r.child_reaped) {
-                        if (status != EXIT_OK)
-                                kill(r.child, SIGTERM);
+                        if (status != EXIT_OK && !o.quiet)
+                                fprintf(stderr,
+                                        "%s: the program goes on, no longer recorded; waiting "
+                                        "for it to exit\n",
+                                        prog);
                         while (waitpid(r.child, &r.child_status, 0) < 0 && errno == EINTR)
                                 if (forward_signal) {
                                         kill(r.child, forward_signal);
