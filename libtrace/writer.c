@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -196,6 +197,8 @@ enum writer_state { W_OPEN, W_FINALIZED, W_FAILED };
 struct trace_writer {
         enum writer_state state;
         sqlite3 *db;
+        dev_t file_dev; /* the file create_file() made, which open_database() must open */
+        ino_t file_ino;
         sqlite3_stmt *stmt[ST_COUNT];
         char errmsg[512];
         int64_t start_mono_ns;
@@ -279,6 +282,12 @@ static int fail_sqlite(struct trace_writer *w, int rc, const char *doing)
         const char *detail = w->db ? sqlite3_errmsg(w->db) : sqlite3_errstr(rc);
         if ((rc & 0xff) == SQLITE_FULL)
                 return fail(w, TRACE_ERR_IO, "%s: disk full (%s)", doing, detail);
+        if ((rc & 0xff) == SQLITE_CANTOPEN)
+                return fail(w, TRACE_ERR_IO,
+                            "%s: its journal (the trace's name with -journal) cannot be opened: "
+                            "the directory is not writable, or something is in its place (a "
+                            "symbolic link is never followed)",
+                            doing);
         if ((rc & 0xff) == SQLITE_BUSY)
                 return fail(w, TRACE_ERR_IO,
                             "%s: the trace is locked by another process (a reader holding it "
@@ -1438,6 +1447,11 @@ static int create_file(struct trace_writer *w, const char *path, unsigned flags)
                             path);
         if (fd < 0)
                 return fail(w, TRACE_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+        struct stat st;
+        if (fstat(fd, &st) == 0) {
+                w->file_dev = st.st_dev;
+                w->file_ino = st.st_ino;
+        }
         close(fd);
         /*
          * A journal left by an earlier trace of the same name would be
@@ -1494,11 +1508,24 @@ static int initial_meta(struct trace_writer *w)
         return 0;
 }
 
+/*
+ * Open the file create_file() made, and only that. The recorder often runs
+ * as root and may write where another user can change what a path names:
+ * the file was created with O_EXCL (never through a symbolic link), SQLite
+ * opens it and its journal without following one (SQLITE_OPEN_NOFOLLOW; the
+ * journal always), and a file swapped in between is refused.
+ */
 static int open_database(struct trace_writer *w, const char *path)
 {
-        int src = sqlite3_open_v2(path, &w->db, SQLITE_OPEN_READWRITE, NULL);
+        int src = sqlite3_open_v2(path, &w->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW, NULL);
         if (src != SQLITE_OK)
                 return fail_sqlite(w, src, "cannot open the new trace");
+        struct stat st;
+        if (lstat(path, &st) < 0 || st.st_dev != w->file_dev || st.st_ino != w->file_ino)
+                return fail(w, TRACE_ERR_IO,
+                            "%s was replaced after it was created (by another user of its "
+                            "directory?): not writing into it",
+                            path);
         /* Wait for readers of a live trace rather than failing a flush at once. */
         sqlite3_busy_timeout(w->db, 2000);
         src = sqlite3_exec(w->db,

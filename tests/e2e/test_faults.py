@@ -339,6 +339,46 @@ def test_process_tree(r, label, py, mode):
             "%d %s" % (p.returncode, p.stderr[-300:]))
 
 
+def test_symlinks(r, label, py, mode):
+    """The recorder runs as root and may write where another user can plant symbolic
+    links: a link at the trace's path or at its journal's must never be followed."""
+    if os.geteuid() != 0 or mode != "nonblocking":
+        return
+    d = tempfile.mkdtemp(prefix="shared-", dir=r.tmp)
+    os.chmod(d, 0o777)  # anyone may create and replace names here
+    victim = os.path.join(r.tmp, "victim")
+    with open(victim, "w") as f:
+        f.write("precious\n")
+    script = r.script("busy.py", BUSY)
+    out = os.path.join(d, "t.db")
+    os.symlink(victim, out)
+    p = subprocess.run([r.args.record, "-q", "-r", "100", "-o", out, "--", py,
+                        script, "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True, timeout=60)
+    r.check("%s a symbolic link at the trace's path: refused (exit 7), not followed" % label,
+            p.returncode == 7 and open(victim).read() == "precious\n", "%d %s" % (
+                p.returncode, p.stderr[-200:]))
+    os.unlink(out)
+    rec = subprocess.Popen([r.args.record, "-r", "100", "-o", out, "--", py, script, "3"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True)
+    deadline = time.time() + 10
+    while not os.path.exists(out) and time.time() < deadline:
+        time.sleep(0.01)
+    planted = False
+    while not planted and time.time() < deadline and rec.poll() is None:
+        try:
+            os.symlink(victim, out + "-journal")  # between two commits, when it is deleted
+            planted = True
+        except FileExistsError:
+            time.sleep(0.001)
+    o, e = rec.communicate(timeout=60)
+    r.check("%s a symbolic link planted at the journal's path while recording: not followed, "
+            "the recording stops with a message, the program runs to its end" % label,
+            planted and open(victim).read() == "precious\n" and rec.returncode == 7 and
+            "journal" in e and "busy done" in o, "%s %d %r" % (planted, rec.returncode, e[-300:]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--record", required=True)
@@ -355,7 +395,7 @@ def main():
     chosen = [(v, p) for v, p in pys if any(v == w or v.startswith(w + ".") for w in want)]
     r = Runner(args)
     tests = [test_stress, test_kill_recorder, test_kill_target, test_disk_full, test_dir_removed,
-             test_concurrent_report, test_many_threads, test_process_tree]
+             test_concurrent_report, test_many_threads, test_process_tree, test_symlinks]
     try:
         for label, py in chosen:
             # Exec into another version: the oldest 3.x here, or the newest from the oldest.
