@@ -562,8 +562,8 @@ static int frame_id(struct sampler *s, const struct pywalk_frame *f, uint32_t *o
  * stops adding. They only spare the writer's interning, which dedupes by
  * content: past a bound, start them afresh. Between walks only.
  */
-#define CACHE_MAX_ENTRIES (1u << 18)
-#define CACHE_MAX_KEYS    (64u << 20) /* bytes of stack keys */
+#define CACHE_MAX_ENTRIES (1u << 16)
+#define CACHE_MAX_KEYS    (8u << 20) /* bytes of stack keys */
 
 static void caches_trim(struct sampler *s)
 {
