@@ -9,8 +9,8 @@
  * that struct `dbg_rows` gives per minor version. The remaining 3.13+ cells
  * are the supplement: facts the debug offsets do not carry. Their sources:
  * 3.13/3.13t headers [H]; 3.14 CPython v3.14.0 as read by py-spy's bindings
- * [S]; 3.14t and 3.15 secondary sources [U] (see
- * /work/shared/reference/cpython-internals.md).
+ * [S]; 3.14t and 3.15 secondary sources [U] (CPython's Include/internal
+ * headers at the v3.14.0 tag and on main).
  */
 #include "pylayout.h"
 
