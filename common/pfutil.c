@@ -40,6 +40,56 @@ int pf_buf_append(struct pf_buf *b, const void *p, size_t n)
         return 0;
 }
 
+size_t pf_utf8_decode(const char *str, uint32_t *cp)
+{
+        const unsigned char *s = (const unsigned char *)str;
+        unsigned char c = s[0];
+        if (c < 0x80) {
+                *cp = c;
+                return 1;
+        }
+        size_t n;
+        uint32_t v, min;
+        if ((c & 0xe0) == 0xc0) {
+                n = 2, v = c & 0x1f, min = 0x80;
+        } else if ((c & 0xf0) == 0xe0) {
+                n = 3, v = c & 0x0f, min = 0x800;
+        } else if ((c & 0xf8) == 0xf0) {
+                n = 4, v = c & 0x07, min = 0x10000;
+        } else {
+                return 0;
+        }
+        /* A short sequence stops at a byte that is not a continuation (the NUL at the end). */
+        for (size_t i = 1; i < n; i++) {
+                if ((s[i] & 0xc0) != 0x80)
+                        return 0;
+                v = (v << 6) | (s[i] & 0x3f);
+        }
+        if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
+                return 0;
+        *cp = v;
+        return n;
+}
+
+int pf_buf_append_utf8(struct pf_buf *b, const char *s, size_t n)
+{
+        size_t i = 0;
+        while (i < n) {
+                /* Decode from a bounded copy: s need not end at n. */
+                char seq[5] = {0};
+                size_t avail = n - i < 4 ? n - i : 4;
+                memcpy(seq, s + i, avail);
+                uint32_t cp;
+                size_t len = seq[0] ? pf_utf8_decode(seq, &cp) : 0;
+                int rc =
+                    len ? pf_buf_append(b, s + i, len) : pf_buf_append(b, PF_UTF8_REPLACEMENT, 3);
+                if (rc < 0)
+                        return -1;
+                i += len ? len : 1;
+        }
+        return 0;
+}
+
 void pf_buf_free(struct pf_buf *b)
 {
         free(b->data);

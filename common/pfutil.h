@@ -23,6 +23,28 @@ int pf_buf_reserve(struct pf_buf *b, size_t extra);
 int pf_buf_append(struct pf_buf *b, const void *p, size_t n);
 void pf_buf_free(struct pf_buf *b);
 
+/*
+ * UTF-8. The one rule for bytes that are not UTF-8, wherever text leaves
+ * pyflame (trace strings read back, JSON, text, SVG, HTML, pprof): each byte
+ * that does not start a well-formed sequence becomes U+FFFD.
+ */
+#define PF_UTF8_REPLACEMENT "\xef\xbf\xbd"
+
+/*
+ * Length (1..4) of the well-formed UTF-8 sequence at s, its code point in
+ * *cp; 0 when the byte at s does not start one (overlong forms, surrogates,
+ * code points past U+10FFFF, and a sequence cut by the end of the string or
+ * a NUL: s must be NUL-terminated).
+ */
+size_t pf_utf8_decode(const char *s, uint32_t *cp);
+
+/*
+ * Append the n bytes at s (NUL-terminated after them, or not: only n are
+ * read) with every byte that is not part of a well-formed sequence, NULs
+ * included, made U+FFFD. Returns 0, or -1 when out of memory.
+ */
+int pf_buf_append_utf8(struct pf_buf *b, const char *s, size_t n);
+
 /* 64-bit hash of a byte string (FNV-1a with a final avalanche). */
 uint64_t pf_hash_bytes(const void *p, size_t n, uint64_t seed);
 /* Mix a 64-bit value into a hash. */

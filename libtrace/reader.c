@@ -424,6 +424,12 @@ static bool col_int_or_null(sqlite3_stmt *st, int i, int64_t lo, int64_t hi, int
 }
 
 /* Copy a text column (NULL stays NULL). Returns false when out of memory. */
+/*
+ * A text column, copied as UTF-8 (pfutil.h's rule: a byte that is not part
+ * of a well-formed sequence, NUL included, becomes U+FFFD): every string the
+ * reader hands out is UTF-8, whatever the trace holds (a command line or a
+ * path in another encoding, or a crafted trace). False when out of memory.
+ */
 static bool col_strdup(sqlite3_stmt *st, int i, char **out)
 {
         *out = NULL;
@@ -432,8 +438,14 @@ static bool col_strdup(sqlite3_stmt *st, int i, char **out)
         const unsigned char *s = sqlite3_column_text(st, i);
         if (!s)
                 return false;
-        *out = strdup((const char *)s);
-        return *out != NULL;
+        struct pf_buf b = {0};
+        if (pf_buf_append_utf8(&b, (const char *)s, (size_t)sqlite3_column_bytes(st, i)) < 0 ||
+            pf_buf_append(&b, "", 1) < 0) {
+                pf_buf_free(&b);
+                return false;
+        }
+        *out = (char *)b.data;
+        return true;
 }
 
 static int load_meta(struct trace_reader *r)
@@ -498,7 +510,9 @@ static int load_strings(struct trace_reader *r)
                         goto fail;
                 }
                 offsets[++i] = arena.len;
-                if (pf_buf_append(&arena, s, (size_t)len) < 0 || pf_buf_append(&arena, "", 1) < 0) {
+                /* As UTF-8, like every string the reader hands out (col_strdup). */
+                if (pf_buf_append_utf8(&arena, (const char *)s, (size_t)len) < 0 ||
+                    pf_buf_append(&arena, "", 1) < 0) {
                         rc = fail_nomem(r);
                         goto fail;
                 }

@@ -144,56 +144,11 @@ int ex_out_finish(struct ex_out *o)
         return o->err;
 }
 
-/*
- * Length of the well-formed UTF-8 sequence at s (1..4) with its code point
- * in *cp, or 0 when the byte at s does not start one (overlong forms,
- * surrogates and code points past U+10FFFF included).
- */
-static size_t utf8_decode(const unsigned char *s, uint32_t *cp)
-{
-        unsigned char c = s[0];
-        if (c < 0x80) {
-                *cp = c;
-                return 1;
-        }
-        size_t n;
-        uint32_t v, min;
-        if ((c & 0xe0) == 0xc0) {
-                n = 2, v = c & 0x1f, min = 0x80;
-        } else if ((c & 0xf0) == 0xe0) {
-                n = 3, v = c & 0x0f, min = 0x800;
-        } else if ((c & 0xf8) == 0xf0) {
-                n = 4, v = c & 0x07, min = 0x10000;
-        } else {
-                return 0;
-        }
-        /* The string is NUL-terminated, so a short sequence stops at a byte
-         * that is not a continuation byte and is never read past. */
-        for (size_t i = 1; i < n; i++) {
-                if ((s[i] & 0xc0) != 0x80)
-                        return 0;
-                v = (v << 6) | (s[i] & 0x3f);
-        }
-        if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
-                return 0;
-        *cp = v;
-        return n;
-}
-
-static const char utf8_replacement[] = "\xef\xbf\xbd";
+static const char utf8_replacement[] = PF_UTF8_REPLACEMENT;
 
 int ex_utf8_clean(struct pf_buf *b, const char *s)
 {
-        const unsigned char *p = (const unsigned char *)s;
-        while (*p) {
-                uint32_t cp;
-                size_t n = utf8_decode(p, &cp);
-                int rc = n ? pf_buf_append(b, p, n) : pf_buf_append(b, utf8_replacement, 3);
-                if (rc < 0)
-                        return -1;
-                p += n ? n : 1;
-        }
-        return 0;
+        return pf_buf_append_utf8(b, s, strlen(s));
 }
 
 void ex_json_str(struct ex_out *o, const char *s)
@@ -203,7 +158,7 @@ void ex_json_str(struct ex_out *o, const char *s)
         const unsigned char *run = p;
         while (*p) {
                 uint32_t cp;
-                size_t n = utf8_decode(p, &cp);
+                size_t n = pf_utf8_decode((const char *)p, &cp);
                 const char *esc = NULL;
                 char u[8];
                 if (n == 0)
@@ -243,7 +198,7 @@ void ex_xml_text(struct ex_out *o, const char *s)
         const unsigned char *run = p;
         while (*p) {
                 uint32_t cp;
-                size_t n = utf8_decode(p, &cp);
+                size_t n = pf_utf8_decode((const char *)p, &cp);
                 const char *esc = NULL;
                 if (n == 0 || (cp < 0x20 && cp != '\t' && cp != '\n' && cp != '\r') ||
                     cp == 0xfffe || cp == 0xffff)

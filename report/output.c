@@ -88,29 +88,29 @@ void out_json_string(struct out *o, const char *s)
                 return;
         }
         out_write(o, "\"", 1);
-        const char *run = s;
-        for (const char *p = s; *p; p++) {
-                unsigned char c = (unsigned char)*p;
-                if (c >= 0x20 && c != '"' && c != '\\')
+        const char *run = s, *p = s;
+        while (*p) {
+                uint32_t cp;
+                size_t n = pf_utf8_decode(p, &cp);
+                if (n && cp >= 0x20 && cp != '"' && cp != '\\') {
+                        p += n;
                         continue;
-                out_write(o, run, (size_t)(p - run));
-                run = p + 1;
-                switch (c) {
-                case '"':
-                        out_puts(o, "\\\"");
-                        break;
-                case '\\':
-                        out_puts(o, "\\\\");
-                        break;
-                case '\n':
-                        out_puts(o, "\\n");
-                        break;
-                case '\t':
-                        out_puts(o, "\\t");
-                        break;
-                default:
-                        out_printf(o, "\\u%04x", c);
                 }
+                out_write(o, run, (size_t)(p - run));
+                if (!n) /* not UTF-8: the one rule (pfutil.h) */
+                        out_puts(o, PF_UTF8_REPLACEMENT);
+                else if (cp == '"')
+                        out_puts(o, "\\\"");
+                else if (cp == '\\')
+                        out_puts(o, "\\\\");
+                else if (cp == '\n')
+                        out_puts(o, "\\n");
+                else if (cp == '\t')
+                        out_puts(o, "\\t");
+                else
+                        out_printf(o, "\\u%04x", (unsigned)cp);
+                p += n ? n : 1;
+                run = p;
         }
         out_puts(o, run);
         out_write(o, "\"", 1);
