@@ -117,18 +117,6 @@ static bool start_wall(struct trace_reader *r, int64_t *ns)
         return true;
 }
 
-/* The temporary name for `path`: ".NAME.XXXXXX" in the same directory. */
-static char *temp_name(const char *path)
-{
-        const char *slash = strrchr(path, '/');
-        size_t dir = slash ? (size_t)(slash - path) + 1 : 0;
-        size_t n = dir + 1 + strlen(path + dir) + sizeof(".XXXXXX");
-        char *t = malloc(n);
-        if (t)
-                snprintf(t, n, "%.*s.%s.XXXXXX", (int)dir, path, path + dir);
-        return t;
-}
-
 /* Merge the open traces into `tmp`. Returns 0 or REPORT_EXIT_FAIL after a message. */
 static int write_merged(const struct merge_opts *o, struct trace_reader **r, const int64_t *offset,
                         const char *tmp)
@@ -190,7 +178,7 @@ static int run(const struct merge_opts *o, struct trace_reader **r, int64_t *off
                 for (size_t i = 0; i < o->n_inputs; i++)
                         offset[i] -= first;
         }
-        char *tmp = temp_name(o->output);
+        char *tmp = out_temp_name(o->output);
         if (!tmp)
                 return report_fail(NULL, "out of memory");
         int fd = mkstemp(tmp);

@@ -636,3 +636,16 @@ uint32_t *ex_thread_index(struct ex_model *m, uint32_t *max_ref)
         *max_ref = n;
         return idx;
 }
+
+uint32_t ex_sample_node(struct ex_model *m, const struct trace_sample *s, uint32_t max_ref,
+                        int *status)
+{
+        uint32_t node = ex_model_stack_node(m, s->stack);
+        if (node != UINT32_MAX && s->thread != 0 && s->thread <= max_ref)
+                return node;
+        *status = ex_fail(m, TRACE_ERR_CORRUPT,
+                          "cannot read the trace: a sample refers to stack %u of thread %u, "
+                          "which the trace does not hold (the file is damaged)",
+                          s->stack, s->thread);
+        return UINT32_MAX;
+}

@@ -140,14 +140,9 @@ struct pp_collect {
 static int pp_sample(void *ctx, const struct trace_sample *s)
 {
         struct pp_collect *c = ctx;
-        uint32_t node = ex_model_stack_node(c->m, s->stack);
-        if (node == UINT32_MAX || s->thread == 0 || s->thread > c->max_ref) {
-                c->status = ex_fail(c->m, TRACE_ERR_CORRUPT,
-                                    "cannot read the trace: a sample refers to stack %u of thread "
-                                    "%u, which the trace does not hold (the file is damaged)",
-                                    s->stack, s->thread);
+        uint32_t node = ex_sample_node(c->m, s, c->max_ref, &c->status);
+        if (node == UINT32_MAX)
                 return 1;
-        }
         struct pp_key key = {node, s->thread, s->state & TRACE_STATE_MASK};
         uint32_t id;
         if (ex_map_intern(&c->keys, &key, sizeof(key), &id) < 0)

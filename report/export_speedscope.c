@@ -43,14 +43,9 @@ struct ss_collect {
 static int ss_sample(void *ctx, const struct trace_sample *s)
 {
         struct ss_collect *c = ctx;
-        uint32_t node = ex_model_stack_node(c->m, s->stack);
-        if (node == UINT32_MAX || s->thread == 0 || s->thread > c->max_ref) {
-                c->status = ex_fail(c->m, TRACE_ERR_CORRUPT,
-                                    "cannot read the trace: a sample refers to stack %u of thread "
-                                    "%u, which the trace does not hold (the file is damaged)",
-                                    s->stack, s->thread);
+        uint32_t node = ex_sample_node(c->m, s, c->max_ref, &c->status);
+        if (node == UINT32_MAX)
                 return 1;
-        }
         struct ss_thread *t = &c->threads[s->thread];
         if (t->samples == 0)
                 t->first_ns = s->t_ns;

@@ -151,6 +151,15 @@ void ex_model_free(struct ex_model *m);
  * id is not in the trace (a damaged trace: the reader should have refused it).
  */
 uint32_t ex_model_stack_node(const struct ex_model *m, uint32_t stack);
+/*
+ * The node of a sample's stack, after checking that the sample refers to a
+ * stack and a thread (1..max_ref) the trace holds. A sample that does not
+ * sets the model's message (the file is damaged) and *status to
+ * TRACE_ERR_CORRUPT, and gives UINT32_MAX: the exporters' sample callbacks
+ * then stop the read.
+ */
+uint32_t ex_sample_node(struct ex_model *m, const struct trace_sample *s, uint32_t max_ref,
+                        int *status);
 
 /*
  * Root-first node ids of node `n`'s path (the root excluded) into `path`,

@@ -149,8 +149,7 @@ static int write_all(int fd, const uint8_t *p, size_t n)
         return 0;
 }
 
-/* The temporary name for `path`: ".NAME.XXXXXX" in the same directory. */
-static char *temp_name_for(const char *path)
+char *out_temp_name(const char *path)
 {
         const char *slash = strrchr(path, '/');
         size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0;
@@ -167,7 +166,7 @@ static int commit_file(struct out *o, const char *path)
         struct stat st;
         if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
                 return report_fail(path, "is a directory; give -o a file name");
-        char *tmp = temp_name_for(path);
+        char *tmp = out_temp_name(path);
         if (!tmp)
                 return report_fail(path, "out of memory");
         int fd = mkstemp(tmp);

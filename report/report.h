@@ -134,6 +134,13 @@ void out_json_string(struct out *o, const char *s);
 void out_csv_field(struct out *o, const char *s);
 
 /*
+ * The temporary name to write `path`'s new content under before renaming it
+ * into place: ".NAME.XXXXXX" in the same directory (a template for
+ * mkstemp). malloc'ed; NULL when out of memory.
+ */
+char *out_temp_name(const char *path);
+
+/*
  * Write the buffered output to stdout (path NULL) or to `path`: there through
  * a temporary file in the same directory renamed over `path` only once fully
  * written, so a failure never leaves a partial file behind. Returns 0, or
