@@ -586,12 +586,6 @@ enum {
         OPT_SOURCE = 256,
         OPT_TOP,
         OPT_FORMAT,
-        OPT_FROM,
-        OPT_TO,
-        OPT_PID,
-        OPT_THREAD,
-        OPT_IDLE,
-        OPT_GIL,
 };
 
 static const struct option long_options[] = {
@@ -599,12 +593,8 @@ static const struct option long_options[] = {
     {"top", required_argument, NULL, OPT_TOP},
     {"format", required_argument, NULL, OPT_FORMAT},
     {"output", required_argument, NULL, 'o'},
-    {"from", required_argument, NULL, OPT_FROM},
-    {"to", required_argument, NULL, OPT_TO},
-    {"pid", required_argument, NULL, OPT_PID},
-    {"thread", required_argument, NULL, OPT_THREAD},
-    {"idle", no_argument, NULL, OPT_IDLE},
-    {"gil", no_argument, NULL, OPT_GIL},
+    SELECT_WINDOW_OPTIONS,
+    SELECT_LONG_OPTIONS,
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -619,6 +609,11 @@ static int parse_args(int argc, char **argv, struct annotate_opts *o)
                 int c = getopt_long(argc, argv, ":ho:", long_options, NULL);
                 if (c == -1)
                         break;
+                int sel = select_opts_parse(&o->select, c, optarg);
+                if (sel == 1)
+                        continue;
+                if (sel)
+                        return sel;
                 switch (c) {
                 case OPT_SOURCE:
                         if (o->source && strcmp(o->source, optarg))
@@ -646,31 +641,11 @@ static int parse_args(int argc, char **argv, struct annotate_opts *o)
                 case 'o':
                         o->output = optarg;
                         break;
-                case OPT_FROM:
-                        o->select.from = optarg;
-                        break;
-                case OPT_TO:
-                        o->select.to = optarg;
-                        break;
-                case OPT_PID:
-                case OPT_THREAD:
-                        if (select_opts_append(c == OPT_PID ? &o->select.pids : &o->select.threads,
-                                               optarg) < 0)
-                                return report_fail(NULL, "out of memory");
-                        break;
-                case OPT_IDLE:
-                        o->select.idle = true;
-                        break;
-                case OPT_GIL:
-                        o->select.gil = true;
-                        break;
                 case 'h':
                         annotate_help();
                         return 1;
-                case ':':
-                        return report_usage("annotate", "%s needs a value", argv[optind - 1]);
                 default:
-                        return report_usage("annotate", "unknown option '%s'", argv[optind - 1]);
+                        return report_bad_option("annotate", c, argv);
                 }
         }
         if (o->source && o->top_given)

@@ -175,10 +175,6 @@ enum {
         OPT_FAIL_ON,
         OPT_FORMAT,
         OPT_TOP,
-        OPT_PID,
-        OPT_THREAD,
-        OPT_IDLE,
-        OPT_GIL,
 };
 
 static const struct option long_options[] = {
@@ -192,10 +188,7 @@ static const struct option long_options[] = {
     {"format", required_argument, NULL, OPT_FORMAT},
     {"top", required_argument, NULL, OPT_TOP},
     {"output", required_argument, NULL, 'o'},
-    {"pid", required_argument, NULL, OPT_PID},
-    {"thread", required_argument, NULL, OPT_THREAD},
-    {"idle", no_argument, NULL, OPT_IDLE},
-    {"gil", no_argument, NULL, OPT_GIL},
+    SELECT_LONG_OPTIONS,
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -289,15 +282,6 @@ static int add_rule(struct diff_opts *o, const char *s)
         return 0;
 }
 
-static const char *bad_option(char **argv, char *buf, size_t size)
-{
-        if (optopt > 0 && optopt < 256) {
-                snprintf(buf, size, "-%c", optopt);
-                return buf;
-        }
-        return optind > 0 && argv[optind - 1] ? argv[optind - 1] : "?";
-}
-
 /* Returns 0, 1 when --help was printed, or REPORT_EXIT_FAIL after a message. */
 static int parse_args(int argc, char **argv, struct diff_opts *o)
 {
@@ -306,11 +290,15 @@ static int parse_args(int argc, char **argv, struct diff_opts *o)
         o->top = DIFF_TOP_DEFAULT;
         opterr = 0;
         optind = 1;
-        char buf[8];
         for (;;) {
                 int c = getopt_long(argc, argv, ":ho:", long_options, NULL);
                 if (c == -1)
                         break;
+                int sel = select_opts_parse(&o->select, c, optarg);
+                if (sel == 1)
+                        continue;
+                if (sel)
+                        return sel;
                 switch (c) {
                 case OPT_BY_FUNCTION:
                 case OPT_BY_LINE:
@@ -388,27 +376,11 @@ static int parse_args(int argc, char **argv, struct diff_opts *o)
                 case 'o':
                         o->output = optarg;
                         break;
-                case OPT_PID:
-                case OPT_THREAD:
-                        if (select_opts_append(c == OPT_PID ? &o->select.pids : &o->select.threads,
-                                               optarg) < 0)
-                                return report_fail(NULL, "out of memory");
-                        break;
-                case OPT_IDLE:
-                        o->select.idle = true;
-                        break;
-                case OPT_GIL:
-                        o->select.gil = true;
-                        break;
                 case 'h':
                         cmd_diff_help();
                         return 1;
-                case ':':
-                        return report_usage(DIFF_CMD, "%s needs a value",
-                                            bad_option(argv, buf, sizeof(buf)));
                 default:
-                        return report_usage(DIFF_CMD, "unknown option '%s'",
-                                            bad_option(argv, buf, sizeof(buf)));
+                        return report_bad_option(DIFF_CMD, c, argv);
                 }
         }
         if (argc - optind < 2)

@@ -509,10 +509,8 @@ int cmd_info(int argc, char **argv)
                 case 'h':
                         info_help();
                         return REPORT_EXIT_OK;
-                case ':':
-                        return report_usage("info", "%s needs a value", argv[optind - 1]);
                 default:
-                        return report_usage("info", "unknown option '%s'", argv[optind - 1]);
+                        return report_bad_option("info", c, argv);
                 }
         }
         if (optind >= argc)

@@ -87,10 +87,8 @@ static int parse_args(int argc, char **argv, struct merge_opts *o)
                 case 'h':
                         merge_help();
                         return 1;
-                case ':':
-                        return report_usage(MERGE_CMD, "%s needs a value", argv[optind - 1]);
                 default:
-                        return report_usage(MERGE_CMD, "unknown option '%s'", argv[optind - 1]);
+                        return report_bad_option(MERGE_CMD, c, argv);
                 }
         }
         if (optind >= argc)

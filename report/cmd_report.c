@@ -664,12 +664,6 @@ enum {
         OPT_TOP,
         OPT_NO_SOURCE,
         OPT_FORMAT,
-        OPT_FROM,
-        OPT_TO,
-        OPT_PID,
-        OPT_THREAD,
-        OPT_IDLE,
-        OPT_GIL,
         OPT_TITLE,
         OPT_ICICLE,
         OPT_SLICES,
@@ -684,12 +678,8 @@ static const struct option long_options[] = {
     {"no-source", no_argument, NULL, OPT_NO_SOURCE},
     {"format", required_argument, NULL, OPT_FORMAT},
     {"output", required_argument, NULL, 'o'},
-    {"from", required_argument, NULL, OPT_FROM},
-    {"to", required_argument, NULL, OPT_TO},
-    {"pid", required_argument, NULL, OPT_PID},
-    {"thread", required_argument, NULL, OPT_THREAD},
-    {"idle", no_argument, NULL, OPT_IDLE},
-    {"gil", no_argument, NULL, OPT_GIL},
+    SELECT_WINDOW_OPTIONS,
+    SELECT_LONG_OPTIONS,
     {"title", required_argument, NULL, OPT_TITLE},
     {"icicle", no_argument, NULL, OPT_ICICLE},
     {"slices", required_argument, NULL, OPT_SLICES},
@@ -697,19 +687,6 @@ static const struct option long_options[] = {
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
-
-/*
- * The option getopt_long() just refused, as the user wrote it: an unknown
- * short option is in optopt, anything else was the last argument consumed.
- */
-static const char *bad_option(char **argv, char *buf, size_t size)
-{
-        if (optopt > 0 && optopt < 256) {
-                snprintf(buf, size, "-%c", optopt);
-                return buf;
-        }
-        return optind > 0 && argv[optind - 1] ? argv[optind - 1] : "?";
-}
 
 /* parse_args() found --source: the arguments are the annotate command's. */
 #define PARSE_ANNOTATE 3
@@ -725,11 +702,15 @@ static int parse_args(int argc, char **argv, struct report_opts *o)
         const struct view *chosen = NULL;
         opterr = 0;
         optind = 1;
-        char buf[8];
         for (;;) {
                 int c = getopt_long(argc, argv, ":ho:", long_options, NULL);
                 if (c == -1)
                         break;
+                int sel = select_opts_parse(&o->select, c, optarg);
+                if (sel == 1)
+                        continue;
+                if (sel)
+                        return sel;
                 switch (c) {
                 case OPT_SLICES:
                 case OPT_FOLDED:
@@ -793,33 +774,11 @@ static int parse_args(int argc, char **argv, struct report_opts *o)
                 case 'o':
                         o->output = optarg;
                         break;
-                case OPT_FROM:
-                        o->select.from = optarg;
-                        break;
-                case OPT_TO:
-                        o->select.to = optarg;
-                        break;
-                case OPT_PID:
-                case OPT_THREAD:
-                        if (select_opts_append(c == OPT_PID ? &o->select.pids : &o->select.threads,
-                                               optarg) < 0)
-                                return report_fail(NULL, "out of memory");
-                        break;
-                case OPT_IDLE:
-                        o->select.idle = true;
-                        break;
-                case OPT_GIL:
-                        o->select.gil = true;
-                        break;
                 case 'h':
                         cmd_report_help();
                         return 1;
-                case ':':
-                        return report_usage(NULL, "%s needs a value",
-                                            bad_option(argv, buf, sizeof(buf)));
                 default:
-                        return report_usage(NULL, "unknown option '%s'",
-                                            bad_option(argv, buf, sizeof(buf)));
+                        return report_bad_option(NULL, c, argv);
                 }
         }
         if (chosen)

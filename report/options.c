@@ -12,6 +12,8 @@
  */
 #include "report.h"
 
+#include <getopt.h>
+
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -293,4 +295,29 @@ void select_free(struct select *s)
         free(s->threads);
         s->pids = NULL;
         s->threads = NULL;
+}
+
+int select_opts_parse(struct select_opts *o, int c, const char *arg)
+{
+        switch (c) {
+        case SELECT_OPT_FROM:
+                o->from = arg;
+                return 1;
+        case SELECT_OPT_TO:
+                o->to = arg;
+                return 1;
+        case SELECT_OPT_PID:
+        case SELECT_OPT_THREAD:
+                if (select_opts_append(c == SELECT_OPT_PID ? &o->pids : &o->threads, arg) < 0)
+                        return report_fail(NULL, "out of memory");
+                return 1;
+        case SELECT_OPT_IDLE:
+                o->idle = true;
+                return 1;
+        case SELECT_OPT_GIL:
+                o->gil = true;
+                return 1;
+        default:
+                return 0;
+        }
 }

@@ -37,6 +37,8 @@
 
 /* The name messages start with: "pyflame-report", or "pyflame-diff" in that program. */
 extern const char report_prog[];
+/* The one command of a program that is only that command ("diff"), else NULL. */
+extern const char *const report_main_command;
 
 /*
  * Exit statuses. Every failure (usage, unreadable or damaged trace, output
@@ -218,6 +220,48 @@ struct select_opts {
         bool idle;             /* keep samples of threads that were not on CPU */
         bool gil;              /* keep only samples holding the GIL */
 };
+
+/*
+ * The command-line front end the commands share. The selection options have
+ * these getopt codes (a command's own start after SELECT_OPT_END) and
+ * entries for its long-options table; select_opts_parse() handles them.
+ */
+enum {
+        SELECT_OPT_FROM = 0x1000,
+        SELECT_OPT_TO,
+        SELECT_OPT_PID,
+        SELECT_OPT_THREAD,
+        SELECT_OPT_IDLE,
+        SELECT_OPT_GIL,
+        SELECT_OPT_END,
+};
+#define SELECT_LONG_OPTIONS                                                                        \
+        {"pid", required_argument, NULL, SELECT_OPT_PID},                                          \
+            {"thread", required_argument, NULL, SELECT_OPT_THREAD},                                \
+            {"idle", no_argument, NULL, SELECT_OPT_IDLE},                                          \
+        {                                                                                          \
+                "gil", no_argument, NULL, SELECT_OPT_GIL                                           \
+        }
+#define SELECT_WINDOW_OPTIONS                                                                      \
+        {"from", required_argument, NULL, SELECT_OPT_FROM},                                        \
+        {                                                                                          \
+                "to", required_argument, NULL, SELECT_OPT_TO                                       \
+        }
+
+/*
+ * If getopt code `c` is a selection option, take it (its argument in arg)
+ * into *o and return 1; return 0 for any other code, REPORT_EXIT_FAIL (after
+ * a message) when out of memory.
+ */
+int select_opts_parse(struct select_opts *o, int c, const char *arg);
+
+/*
+ * The usage error for what getopt_long() just refused (code ':' for a
+ * missing value, anything else for an unknown option) in command `cmd`
+ * (NULL: the default command), naming the option as the user wrote it.
+ * Returns REPORT_EXIT_FAIL.
+ */
+int report_bad_option(const char *cmd, int c, char **argv);
 
 /*
  * Add the items of one --pid or --thread argument to `*list` (repeated
