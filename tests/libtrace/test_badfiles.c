@@ -2,9 +2,9 @@
  * test_badfiles.c - the reader facing files that are not good traces:
  * missing, not SQLite, empty, SQLite but not ours, too new, truncated,
  * damaged tables and blobs, random corruption, and the hot journal a
- * recorder killed mid-commit leaves. Each must give its own status and a
- * message naming the problem, and nothing may crash (these tests also run
- * under ASan/UBSan).
+ * recorder killed mid-commit leaves, and views, triggers and tables planted
+ * in a trace. Each must give its own status and a message naming the
+ * problem, and nothing may crash (these tests also run under ASan/UBSan).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -350,6 +350,43 @@ static void test_hot_journal(void **state)
         free(journal);
 }
 
+/*
+ * Things planted in a trace by whoever made it: views, triggers and extra
+ * tables are never trusted. The reader reads its own tables by name, so
+ * extra objects are ignored, and a view under a table's name (which could
+ * hang the reader with an endless recursion, or show other rows) is not a
+ * table: the file is refused, at once.
+ */
+static void test_planted(void **state)
+{
+        struct fixture *f = *state;
+        damage(f, "CREATE TABLE log(x);"
+                  "CREATE VIEW forever AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL "
+                  "SELECT x + 1 FROM c) SELECT x FROM c;"
+                  "CREATE TRIGGER t1 AFTER UPDATE ON meta BEGIN INSERT INTO log VALUES (1); END;"
+                  "CREATE TRIGGER t2 BEFORE DELETE ON sample_chunks BEGIN "
+                  "SELECT RAISE(ABORT, 'planted'); END;");
+        struct trace_reader *r = NULL;
+        if (trace_reader_open(f->path, &r) != 0)
+                fail_msg("open: %s", trace_reader_errmsg(r));
+        struct trace_summary s;
+        assert_int_equal(trace_reader_summary(r, &s), 0);
+        assert_int_equal(s.samples, TU_SAMPLES);
+        uint64_t *counts = NULL, total = 0;
+        assert_int_equal(trace_reader_count_by_stack(r, NULL, &counts, &total), 0);
+        assert_int_equal(total, TU_SAMPLES);
+        free(counts);
+        trace_reader_close(r);
+
+        damage(f, "ALTER TABLE frames RENAME TO frames_real;"
+                  "CREATE VIEW frames AS SELECT * FROM frames_real");
+        expect_open(f->path, TRACE_ERR_NOT_TRACE, "no table \"frames\"");
+        damage(f, "ALTER TABLE stacks RENAME TO stacks_real;"
+                  "CREATE VIEW stacks(id, parent, frame, depth) AS WITH RECURSIVE c(x) AS "
+                  "(SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x, 0, 1, 1 FROM c");
+        expect_open(f->path, TRACE_ERR_NOT_TRACE, "no table \"stacks\"");
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -362,6 +399,7 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_damaged_blobs, setup, teardown),
             cmocka_unit_test_setup_teardown(test_random_damage, setup, teardown),
             cmocka_unit_test_setup_teardown(test_hot_journal, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_planted, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
