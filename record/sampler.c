@@ -10,6 +10,7 @@
  */
 #include "sampler.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -394,6 +395,7 @@ static void thread_rebind(struct sampler *s, struct sthread *t, int64_t ns_tid)
  */
 static int write_failed(struct sampler *s, int trc)
 {
+        assert(!s->k || tsink_held(s->k));
         snprintf(s->write_msg, sizeof(s->write_msg), "%s",
                  trc == TRACE_ERR_NOMEM ? "out of memory" : trace_writer_errmsg(s->w));
         s->write_rc = trc == TRACE_ERR_NOMEM ? -ENOMEM : -EIO;
@@ -456,6 +458,7 @@ static void on_name(void *ctx, int64_t interp_id, uint64_t thread_id, const char
                 free(t->name);
                 t->name = copy;
                 /* Not yet registered: registration will carry the name. */
+                assert(tsink_held(s->k));
                 int rc = t->ref ? trace_writer_set_thread_name(s->w, t->ref, name) : 0;
                 if (rc < 0)
                         s->names_rc = rc;
@@ -543,6 +546,7 @@ static int frame_id(struct sampler *s, const struct pywalk_frame *f, uint32_t *o
             .kind = TRACE_FRAME_PYTHON,
         };
         uint32_t id;
+        assert(!s->k || tsink_held(s->k));
         int rc = trace_writer_intern_frame(s->w, &d, &id);
         if (rc < 0)
                 return rc;

@@ -69,6 +69,19 @@ struct tsink {
         size_t n_jobs, cap_jobs;
 };
 
+/*
+ * How many sink locks the calling thread holds: what the "under the lock"
+ * contracts are asserted with (debug builds). Per thread, so reading it is
+ * never a race.
+ */
+static _Thread_local unsigned locks_held;
+
+bool tsink_held(const struct tsink *k)
+{
+        (void)k;
+        return locks_held > 0;
+}
+
 struct tsink *tsink_new(struct trace_writer *w)
 {
         struct tsink *k = calloc(1, sizeof(*k));
@@ -132,8 +145,10 @@ static void note_failure(struct tsink *k, int rc)
 /* Under the lock: apply every queued event to the writer. */
 static void apply(struct tsink *k)
 {
+        assert(tsink_held(k));
         uint64_t tail = atomic_load_explicit(&k->tail, memory_order_relaxed);
         uint64_t head = atomic_load_explicit(&k->head, memory_order_acquire);
+        assert(head - tail <= RING_SIZE); /* the producer never overtakes */
         for (; tail != head; tail++) {
                 const struct event *e = &k->ring[tail & RING_MASK];
                 int rc;
@@ -151,20 +166,25 @@ void tsink_lock(struct tsink *k)
 {
         /* The lock may be held through a commit: never while a target is held (--blocking). */
         assert(!stopper_holding());
+        assert(!tsink_held(k)); /* not recursive */
         pthread_mutex_lock(&k->lock);
+        locks_held++;
         apply(k);
 }
 
 bool tsink_trylock(struct tsink *k)
 {
+        assert(!tsink_held(k));
         if (pthread_mutex_trylock(&k->lock) != 0)
                 return false;
+        locks_held++;
         apply(k);
         return true;
 }
 
 int tsink_add_job_locked(struct tsink *k, tsink_job_fn fn, void *ctx)
 {
+        assert(tsink_held(k));
         if (k->n_jobs == k->cap_jobs) {
                 size_t cap = k->cap_jobs ? 2 * k->cap_jobs : 8;
                 struct job *p = realloc(k->jobs, cap * sizeof(*p));
@@ -179,6 +199,7 @@ int tsink_add_job_locked(struct tsink *k, tsink_job_fn fn, void *ctx)
 
 void tsink_remove_job_locked(struct tsink *k, void *ctx)
 {
+        assert(tsink_held(k));
         for (size_t i = 0; i < k->n_jobs;)
                 if (k->jobs[i].ctx == ctx)
                         k->jobs[i] = k->jobs[--k->n_jobs];
@@ -188,6 +209,8 @@ void tsink_remove_job_locked(struct tsink *k, void *ctx)
 
 void tsink_unlock(struct tsink *k)
 {
+        assert(tsink_held(k));
+        locks_held--;
         pthread_mutex_unlock(&k->lock);
 }
 
@@ -198,6 +221,7 @@ static void push(struct tsink *k, const struct event *e)
                 atomic_fetch_add_explicit(&k->full_waits, 1, memory_order_relaxed);
                 tsink_lock(k); /* applies the ring */
                 tsink_unlock(k);
+                assert(head - atomic_load_explicit(&k->tail, memory_order_relaxed) == 0);
         }
         k->ring[head & RING_MASK] = *e;
         atomic_store_explicit(&k->head, head + 1, memory_order_release);
@@ -222,6 +246,7 @@ static void *run(void *arg)
         struct tsink *k = arg;
         int64_t last_flush = pf_now_mono_ns();
         pthread_mutex_lock(&k->lock);
+        locks_held++;
         while (!k->stop) {
                 int64_t until = pf_now_mono_ns() + APPLY_NS;
                 struct timespec ts = {until / 1000000000, until % 1000000000};
@@ -238,6 +263,7 @@ static void *run(void *arg)
                         last_flush = now;
                 }
         }
+        locks_held--;
         pthread_mutex_unlock(&k->lock);
         return NULL;
 }
@@ -272,9 +298,8 @@ int tsink_stop(struct tsink *k)
                 k->started = false;
                 k->stop = false;
         }
-        pthread_mutex_lock(&k->lock);
-        apply(k);
-        pthread_mutex_unlock(&k->lock);
+        tsink_lock(k); /* applies what is queued */
+        tsink_unlock(k);
         return tsink_failed(k);
 }
 

@@ -55,6 +55,9 @@ void tsink_free(struct tsink *k); /* stops first; NULL is fine */
 void tsink_lock(struct tsink *k);
 void tsink_unlock(struct tsink *k);
 
+/* Does the calling thread hold the lock? For assertions of the contracts. */
+bool tsink_held(const struct tsink *k);
+
 struct trace_writer *tsink_writer(const struct tsink *k);
 
 /*
