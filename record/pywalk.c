@@ -30,70 +30,51 @@
 #include "linetable.h"
 #include "procfs.h"
 #include "pylayout.h"
+#include "pysnap.h"
 #include "pystr.h"
 #include "pywalk_int.h"
 
-/* ---- per-sample snapshot of spans ------------------------------------------ */
+/* ---- reads, all through the sample's snapshot (pysnap.h) ------------------- */
 
-/* Room for `spans` more spans and `extra` more bytes. */
-static int snap_reserve(struct snap *s, size_t spans, size_t extra)
+static int fetch_ptr(struct pywalk *w, uint64_t addr, size_t len, const uint8_t **out)
 {
-        if (s->cap - s->n < spans) {
-                size_t cap = s->cap ? s->cap : 64;
-                while (cap - s->n < spans)
-                        cap *= 2;
-                struct span *v = realloc(s->v, cap * sizeof(*v));
-                if (!v)
-                        return -ENOMEM;
-                s->v = v;
-                s->cap = cap;
-        }
-        if (s->cap_buf - s->len < extra) {
-                size_t cap = s->cap_buf ? s->cap_buf : 65536;
-                while (cap - s->len < extra)
-                        cap *= 2;
-                uint8_t *b = realloc(s->buf, cap);
-                if (!b)
-                        return -ENOMEM;
-                s->buf = b;
-                s->cap_buf = cap;
-        }
-        return 0;
+        return pysnap_fetch_ptr(&w->snap, addr, len, out);
 }
 
-static bool span_holds(const struct span *p, uint64_t addr, size_t len)
+static int fetch(struct pywalk *w, uint64_t addr, void *dst, size_t len)
 {
-        return addr >= p->addr && addr - p->addr <= p->len && len <= p->len - (addr - p->addr);
+        return pysnap_fetch(&w->snap, addr, dst, len);
 }
 
-/*
- * The span holding [addr, addr+len), or NULL. The prefetched spans come
- * first, sorted and disjoint (binary search); spans read during this sample
- * follow (few once warm: a linear scan). The last hit is tried first.
- */
-static struct span *snap_find(struct snap *s, uint64_t addr, size_t len)
+static int fetch_region(struct pywalk *w, uint64_t addr, size_t len)
 {
-        if (s->hint < s->n && span_holds(&s->v[s->hint], addr, len))
-                return &s->v[s->hint];
-        size_t lo = 0, hi = s->n_sorted;
-        while (lo < hi) {
-                size_t mid = lo + (hi - lo) / 2;
-                if (s->v[mid].addr <= addr)
-                        lo = mid + 1;
-                else
-                        hi = mid;
-        }
-        if (lo && span_holds(&s->v[lo - 1], addr, len)) {
-                s->hint = lo - 1;
-                return &s->v[lo - 1];
-        }
-        for (size_t i = s->n_sorted; i < s->n; i++) {
-                if (span_holds(&s->v[i], addr, len)) {
-                        s->hint = i;
-                        return &s->v[i];
-                }
-        }
-        return NULL;
+        return pysnap_fetch_region(&w->snap, addr, len);
+}
+
+static int fetch_batch(struct pywalk *w, const struct memsrc_iov *want, size_t n)
+{
+        return pysnap_fetch_batch(&w->snap, want, n);
+}
+
+static bool covered(struct pywalk *w, uint64_t addr, size_t len)
+{
+        return pysnap_covered(&w->snap, addr, len);
+}
+
+static void snap_begin(struct pywalk *w)
+{
+        pysnap_begin(&w->snap, w->batch_fn, w->batch_ctx);
+}
+
+/* End a sample; <=3.10: the pages that held frames lately join the next batch (walk_pass). */
+static void snap_end(struct pywalk *w)
+{
+        uint64_t pages[FRAME_PAGES];
+        size_t n = 0;
+        for (size_t i = 0; i < w->n_frame_pages; i++)
+                if (w->frame_page_seen[i] + FRAME_PAGE_AGE >= w->sample_no)
+                        pages[n++] = w->frame_page[i];
+        pysnap_end(&w->snap, pages, n, PAGE);
 }
 
 /*
@@ -122,211 +103,6 @@ static bool cycle_seen(struct cycle *c, uint64_t addr)
                 c->steps = 0;
         }
         return false;
-}
-
-/*
- * [addr, addr+len) from the snapshot or the target (then kept): *out points
- * into the snapshot, valid until the next read that misses it (which may
- * move the buffer).
- */
-static int fetch_ptr(struct pywalk *w, uint64_t addr, size_t len, const uint8_t **out)
-{
-        struct snap *s = &w->snap;
-        struct span *p = snap_find(s, addr, len);
-        if (!p) {
-                w->misses++;
-                int rc = snap_reserve(s, 1, len);
-                if (rc < 0)
-                        return rc;
-                rc = memsrc_read(w->m, addr, s->buf + s->len, len);
-                if (rc < 0)
-                        return rc;
-                p = &s->v[s->n++];
-                *p = (struct span){.addr = addr, .len = len, .off = s->len};
-                s->len += len;
-                s->hint = s->n - 1;
-        }
-        p->used = true;
-        *out = s->buf + p->off + (addr - p->addr);
-        return 0;
-}
-
-/* Read [addr, addr+len) into dst, from the snapshot or the target (then kept). */
-static int fetch(struct pywalk *w, uint64_t addr, void *dst, size_t len)
-{
-        const uint8_t *p;
-        int rc = fetch_ptr(w, addr, len, &p);
-        if (rc == 0)
-                memcpy(dst, p, len);
-        else
-                memset(dst, 0, len); /* defined either way */
-        return rc;
-}
-
-/* Make sure [addr, addr+len) is one span; smaller used spans inside it stop being prefetched. */
-static int fetch_region(struct pywalk *w, uint64_t addr, size_t len)
-{
-        struct snap *s = &w->snap;
-        struct span *p = snap_find(s, addr, len);
-        if (p) {
-                p->used = true;
-                return 0;
-        }
-        w->misses++;
-        int rc = snap_reserve(s, 1, len);
-        if (rc < 0)
-                return rc;
-        rc = memsrc_read(w->m, addr, s->buf + s->len, len);
-        if (rc < 0)
-                return rc;
-        for (size_t i = 0; i < s->n; i++)
-                if (s->v[i].addr >= addr && s->v[i].addr - addr + s->v[i].len <= len)
-                        s->v[i].used = false;
-        s->v[s->n++] = (struct span){.addr = addr, .len = len, .off = s->len, .used = true};
-        s->len += len;
-        return 0;
-}
-
-/*
- * fetch() for n ranges at once: those not in the snapshot are read in one
- * batched call and kept. Returns 0, or the error of that call (then nothing
- * is kept).
- */
-static int fetch_batch(struct pywalk *w, const struct memsrc_iov *want, size_t n)
-{
-        struct snap *s = &w->snap;
-        size_t bytes = 0, k = 0;
-        for (size_t i = 0; i < n; i++)
-                bytes += want[i].len;
-        int rc = snap_reserve(s, n, bytes);
-        struct memsrc_iov siov[8];
-        struct memsrc_iov *iov = rc < 0 ? NULL : n <= 8 ? siov : malloc(n * sizeof(*iov));
-        if (!iov)
-                return -ENOMEM;
-        size_t off = s->len;
-        for (size_t i = 0; i < n; i++) {
-                if (snap_find(s, want[i].addr, want[i].len))
-                        continue;
-                iov[k++] = (struct memsrc_iov){want[i].addr, s->buf + off, want[i].len};
-                off += want[i].len;
-        }
-        w->misses += k;
-        rc = k ? memsrc_readv(w->m, iov, k) : 0;
-        for (size_t i = 0; rc == 0 && i < k; i++) {
-                s->v[s->n++] = (struct span){
-                    .addr = iov[i].addr, .len = iov[i].len, .off = s->len, .used = true};
-                s->len += iov[i].len;
-        }
-        if (iov != siov)
-                free(iov);
-        for (size_t i = 0; rc == 0 && i < n; i++)
-                rc = fetch(w, want[i].addr, want[i].buf, want[i].len);
-        return rc;
-}
-
-static bool covered(struct pywalk *w, uint64_t addr, size_t len)
-{
-        return snap_find(&w->snap, addr, len) != NULL;
-}
-
-/* Start a sample: read last sample's spans in one batch. A failure just means "cold". */
-static void snap_begin(struct pywalk *w)
-{
-        struct snap *s = &w->snap;
-        s->n = s->n_sorted = s->len = s->hint = 0;
-        w->snap_atomic = false;
-        if (!s->n_next)
-                return;
-        size_t total = 0;
-        for (size_t i = 0; i < s->n_next; i++)
-                total += s->next[i].len;
-        if (s->cap < s->n_next) {
-                struct span *v = realloc(s->v, s->n_next * sizeof(*v));
-                if (!v)
-                        return;
-                s->v = v;
-                s->cap = s->n_next;
-        }
-        if (s->cap_iov < s->n_next) {
-                struct memsrc_iov *iov = realloc(s->iov, s->n_next * sizeof(*iov));
-                if (!iov)
-                        return;
-                s->iov = iov;
-                s->cap_iov = s->n_next;
-        }
-        if (snap_reserve(s, 0, total) < 0)
-                return;
-        size_t off = 0;
-        for (size_t i = 0; i < s->n_next; i++) {
-                s->v[i] = (struct span){.addr = s->next[i].addr, .len = s->next[i].len, .off = off};
-                s->iov[i] = (struct memsrc_iov){
-                    .addr = s->next[i].addr, .buf = s->buf + off, .len = s->next[i].len};
-                off += s->next[i].len;
-        }
-        w->snap_atomic = w->batch_fn && w->batch_fn(w->batch_ctx, s->iov, s->n_next) == 0;
-        if (w->snap_atomic || memsrc_readv(w->m, s->iov, s->n_next) == 0) {
-                s->n = s->n_sorted = s->n_next;
-                s->len = total;
-        }
-}
-
-static int span_cmp(const void *a, const void *b)
-{
-        const struct span *x = a, *y = b;
-        return x->addr < y->addr ? -1 : x->addr > y->addr;
-}
-
-/*
- * End a sample: the spans it used are next sample's batch, sorted, and
- * merged when less than SPAN_GAP bytes apart: fewer ranges for the kernel to
- * pin, and a gap shorter than a page between two readable ranges is readable.
- */
-static void snap_end(struct pywalk *w)
-{
-        struct snap *s = &w->snap;
-        size_t bytes = 0, n = 0;
-        s->n_next = 0;
-        if (s->cap_next < s->n + w->n_frame_pages) {
-                struct span *v = realloc(s->next, (s->n + w->n_frame_pages) * sizeof(*v));
-                if (!v)
-                        return;
-                s->next = v;
-                s->cap_next = s->n + w->n_frame_pages;
-        }
-        for (size_t i = 0; i < s->n && n < PREFETCH_SPANS; i++) {
-                if (!s->v[i].used || bytes + s->v[i].len > PREFETCH_BYTES)
-                        continue;
-                s->next[n++] = s->v[i];
-                bytes += s->v[i].len;
-        }
-        /* <=3.10: the pages that held frames lately (see walk_pass). */
-        for (size_t i = 0; i < w->n_frame_pages && n < s->cap_next && n < PREFETCH_SPANS; i++) {
-                if (w->frame_page_seen[i] + FRAME_PAGE_AGE < w->sample_no ||
-                    bytes + PAGE > PREFETCH_BYTES)
-                        continue;
-                s->next[n++] = (struct span){.addr = w->frame_page[i], .len = PAGE};
-                bytes += PAGE;
-        }
-        /* A handful of spans, in nearly the same order every sample: insertion sort. */
-        if (n > 64)
-                qsort(s->next, n, sizeof(*s->next), span_cmp);
-        for (size_t i = 1; n <= 64 && i < n; i++) {
-                struct span x = s->next[i];
-                size_t j = i;
-                for (; j > 0 && span_cmp(&s->next[j - 1], &x) > 0; j--)
-                        s->next[j] = s->next[j - 1];
-                s->next[j] = x;
-        }
-        for (size_t i = 0; i < n; i++) {
-                struct span *last = s->n_next ? &s->next[s->n_next - 1] : NULL;
-                uint64_t end = s->next[i].addr + s->next[i].len;
-                if (last && s->next[i].addr <= last->addr + last->len + SPAN_GAP) {
-                        if (end > last->addr + last->len)
-                                last->len = (size_t)(end - last->addr);
-                        continue;
-                }
-                s->next[s->n_next++] = s->next[i];
-        }
 }
 
 /* ---- sets, code cache, type cache ------------------------------------------ */
@@ -1121,9 +897,9 @@ static int walk_pass(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uint3
                         continue; /* entry frame of a C call into the eval loop, or being cleared */
                 /*
                  * Code objects do not change while they are in use: reading
-                 * one outside the batch does not mix instants (w->misses).
+                 * one outside the batch does not mix instants (w->snap.misses).
                  */
-                uint64_t misses = w->misses;
+                uint64_t misses = w->snap.misses;
                 struct code_entry *e;
                 bool check;
                 rc = code_get(w, code, &e, &check);
@@ -1135,7 +911,7 @@ static int walk_pass(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uint3
                         w->pending[w->n_pending++] = e;
                 int64_t off;
                 rc = frame_offset(w, &pos, code, &e, owner, &off);
-                w->misses = misses;
+                w->snap.misses = misses;
                 if (rc < 0)
                         return rc;
                 if (off == INT64_MIN || e->shim)
@@ -1168,9 +944,9 @@ static int walk_frames(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uin
                 int rc = walk_pass(w, tstate, ts, depth);
                 if (rc < 0 || !w->n_pending)
                         return rc;
-                uint64_t misses = w->misses; /* code objects: see walk_pass */
+                uint64_t misses = w->snap.misses; /* code objects: see walk_pass */
                 rc = code_verify_pending(w);
-                w->misses = misses;
+                w->snap.misses = misses;
                 if (rc <= 0)
                         return rc;
                 if (pass == 1)
@@ -1331,8 +1107,7 @@ static int snap_reread(struct pywalk *w, uint64_t tstate, uint8_t *ts, size_t ts
         snap_end(w);
         snap_begin(w);
         /* All of it was used in this sample: keep it in the next one's batch. */
-        for (size_t i = 0; i < w->snap.n; i++)
-                w->snap.v[i].used = true;
+        pysnap_all_used(&w->snap);
         return fetch(w, tstate, ts, ts_len);
 }
 
@@ -1377,7 +1152,7 @@ static int walk_interp(struct pywalk *w, uint64_t interp, int64_t index, pywalk_
                         th.gil = gil_flags(L, &g, tstate, ts);
                         if (w->n_tid_candidates < TID_CANDIDATES && th.thread_id)
                                 w->tid_candidates[w->n_tid_candidates++] = th.thread_id;
-                        uint64_t misses = w->misses;
+                        uint64_t misses = w->snap.misses;
                         rc = walk_frames(w, tstate, ts, &th.depth);
                         /*
                          * Torn: the stack changed while it was read. A few
@@ -1389,11 +1164,11 @@ static int walk_interp(struct pywalk *w, uint64_t interp, int64_t index, pywalk_
                          * read again, the batch now holds all it needs.
                          */
                         while ((rc == PYWALK_TORN ||
-                                (rc == 0 && w->snap_atomic && w->misses != misses)) &&
+                                (rc == 0 && w->snap.atomic && w->snap.misses != misses)) &&
                                th.retries < w->retries) {
                                 th.retries++;
                                 rc = snap_reread(w, tstate, ts, ts_len);
-                                misses = w->misses;
+                                misses = w->snap.misses;
                                 if (rc == 0 && rd64(ts + L->ts_interp) != interp)
                                         rc = PYWALK_TORN;
                                 else if (rc == 0)
@@ -1403,7 +1178,7 @@ static int walk_interp(struct pywalk *w, uint64_t interp, int64_t index, pywalk_
                         }
                         if (rc < 0 && rc != PYWALK_TORN)
                                 return rc;
-                        th.atomic = rc == 0 && w->snap_atomic && w->misses == misses;
+                        th.atomic = rc == 0 && w->snap.atomic && w->snap.misses == misses;
                         th.status = rc;
                         th.frames = rc == 0 ? w->frames : NULL;
                         if (rc != 0)
@@ -1524,6 +1299,7 @@ int pywalk_open(const struct pyfind_target *t, struct memsrc *m, struct pywalk *
         }
         w->t = *t;
         w->m = m;
+        w->snap.m = m;
         w->tid_off = -1;
         int rc = pylayout_for_target(t, m, &w->L, err, errlen);
         const struct pylayout *L = &w->L;
@@ -1611,9 +1387,6 @@ void pywalk_close(struct pywalk *w)
         free(w->hash);
         free(w->frames);
         free(w->pending);
-        free(w->snap.v);
-        free(w->snap.buf);
-        free(w->snap.next);
-        free(w->snap.iov);
+        pysnap_free(&w->snap);
         free(w);
 }

@@ -14,6 +14,7 @@
 
 #include "linetable.h"
 #include "pylayout.h"
+#include "pysnap.h"
 #include "pywalk.h"
 
 /* Bounds on what the target can make us do. */
@@ -28,10 +29,7 @@
 #define MAX_TLBC         4096
 #define FRAME_BUF        512 /* >= any fr_read */
 #define CODE_BUF         1024
-#define OBJ_PREFIX       256 /* first read of a str or bytes object */
-#define PREFETCH_SPANS   8192
-#define PREFETCH_BYTES   (32u << 20)
-#define SPAN_GAP         2048  /* prefetched spans closer than this are read as one */
+#define OBJ_PREFIX       256   /* first read of a str or bytes object */
 #define CODE_CACHE_SOFT  16384 /* code entries above this: forget those not seen lately */
 #define CODE_CACHE_IDLE  1000  /* samples an entry may go unseen before it may be forgotten */
 #define PAGE             4096  /* <=3.10 heap frames are read by the page... */
@@ -71,28 +69,6 @@ static inline bool fatal_read(int rc)
         return rc == -ESRCH || rc == -EPERM || rc == -ENOMEM;
 }
 
-/* ---- the snapshot of spans a sample reads through (pywalk.c) ---- */
-
-struct span {
-        uint64_t addr;
-        size_t len, off; /* bytes at snap.buf + off */
-        bool used;
-};
-
-struct snap {
-        struct span *v;
-        size_t n, cap;
-        size_t n_sorted; /* v[0, n_sorted): the prefetched spans, sorted and disjoint */
-        uint8_t *buf;
-        size_t len, cap_buf;
-        size_t hint;
-        /* What to read at the start of the next sample, and the batch for it. */
-        struct span *next;
-        size_t n_next, cap_next;
-        struct memsrc_iov *iov;
-        size_t cap_iov;
-};
-
 struct code_entry {
         struct pywalk_code pub;
         uint64_t addr;
@@ -123,7 +99,7 @@ struct pywalk {
         struct pylayout L;
         struct pyfind_target t;
         struct memsrc *m;
-        struct snap snap;
+        struct pysnap snap; /* every read of a sample goes through it */
 
         struct code_entry **hash; /* open addressing by code address */
         size_t hash_cap, hash_n;
@@ -138,12 +114,10 @@ struct pywalk {
         unsigned retries;         /* fresh reads of a torn thread (pywalk_set_retries) */
         pywalk_batch_fn batch_fn; /* reads a batch at one instant (pywalk_set_batch_reader) */
         void *batch_ctx;
-        bool snap_atomic;  /* this sample's batch came from batch_fn */
         uint64_t main_gil; /* 3.12+: the main interpreter's GIL, seen last sample */
         /* <=3.10: pages that held frames lately, each with the last sample that used it. */
         uint64_t frame_page[FRAME_PAGES], frame_page_seen[FRAME_PAGES];
         size_t n_frame_pages;
-        uint64_t misses;             /* reads outside the batch so far, but of code objects */
         struct code_entry **pending; /* entries to compare with their objects */
         size_t n_pending;
         uint64_t sample_no;
