@@ -49,16 +49,6 @@
 #define VERSION_TEXT_MAX 400  /* Py_GetVersion() is at most 250 (3.12+: 300) bytes */
 #define OBJ_HASH_SLOTS   8192 /* > 2 * MAX_OBJECTS */
 
-#ifdef PYFLAME_UNITTEST
-#define TESTABLE
-size_t pyfind_parse_version(const char *s, size_t len, uint32_t *hex);
-int pyfind_scan_version_string(const char *buf, size_t len, uint32_t *hex);
-bool pyfind_parse_python_name(const char *base, int *major, int *minor, char *flags,
-                              size_t flagslen, bool *is_lib);
-#else
-#define TESTABLE static
-#endif
-
 /* One mapped file, as grouped from /proc/PID/maps. */
 struct obj_map {
         uint64_t start, end, offset;
@@ -194,7 +184,7 @@ static int parse_small_int(const char *s, size_t len, size_t *i, int max_digits)
  * Returns the bytes consumed and sets *hex (PY_VERSION_HEX), or 0 when s does
  * not start with one. Only majors 2 and 3 are recognised.
  */
-TESTABLE size_t pyfind_parse_version(const char *s, size_t len, uint32_t *hex)
+size_t pyfind_parse_version(const char *s, size_t len, uint32_t *hex)
 {
         size_t i = 0;
         if (len < 5 || (s[0] != '2' && s[0] != '3') || s[1] != '.')
@@ -311,21 +301,19 @@ static int find_version_text(const char *buf, size_t len, struct era era, uint32
         return 0;
 }
 
-#ifdef PYFLAME_UNITTEST
-/* find_version_text() for any version: the parser the unit tests drive. */
+/* find_version_text() for any version. */
 int pyfind_scan_version_string(const char *buf, size_t len, uint32_t *hex)
 {
         return find_version_text(buf, len, any_era, hex);
 }
-#endif
 
 /*
  * Parse a file name like "libpython3.13t.so.1.0", "libpython3.6m.so",
  * "python3.11" or "python2.7-dbg" into major, minor and ABI flags ("t", "d",
  * "m", ...). Returns false when the name is not of that shape.
  */
-TESTABLE bool pyfind_parse_python_name(const char *base, int *major, int *minor, char *flags,
-                                       size_t flagslen, bool *is_lib)
+bool pyfind_parse_python_name(const char *base, int *major, int *minor, char *flags,
+                              size_t flagslen, bool *is_lib)
 {
         const char *p = base;
         bool lib = strncmp(p, "libpython", 9) == 0;

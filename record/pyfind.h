@@ -83,4 +83,20 @@ int pyfind_target(pid_t pid, struct pyfind_target *out, char *err, size_t errlen
 /* "3.12.1", "3.13.0t", "2.7" ... into buf. */
 void pyfind_version_str(const struct pyfind_target *t, char *buf, size_t len);
 
+/*
+ * The parsers under the finder, on their own (the unit tests drive them):
+ * - pyfind_parse_version: a version "X.Y.Z[{a,b,c,rc}N][+local]" at the
+ *   start of s (majors 2 and 3) into *hex (PY_VERSION_HEX); returns the
+ *   bytes used, 0 when s does not start with one.
+ * - pyfind_scan_version_string: Py_GetVersion()'s text, of any version, in
+ *   a block of a target's data; 0 and *hex, or -ENOENT.
+ * - pyfind_parse_python_name: "libpython3.13t.so.1.0", "python3.11",
+ *   "libpython3.6m.so" into major, minor and ABI flags, and whether it is
+ *   the library; false when the name is not of that shape.
+ */
+size_t pyfind_parse_version(const char *s, size_t len, uint32_t *hex);
+int pyfind_scan_version_string(const char *buf, size_t len, uint32_t *hex);
+bool pyfind_parse_python_name(const char *base, int *major, int *minor, char *flags,
+                              size_t flagslen, bool *is_lib);
+
 #endif

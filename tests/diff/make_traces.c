@@ -28,46 +28,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "testutil.h"
 #include "trace.h"
 
-#define FAKE_MONO_START 1000000000000LL
-#define FAKE_WALL_START 1780000000000000000LL
-#define MS              1000000LL
-
-static int64_t fake_mono_ns = FAKE_MONO_START;
-static int64_t fake_wall_offset = 0; /* shifts the wall clock of one trace */
-
-int clock_gettime(clockid_t id, struct timespec *ts)
-{
-        int64_t ns;
-        if (id == CLOCK_MONOTONIC)
-                ns = fake_mono_ns;
-        else if (id == CLOCK_REALTIME)
-                ns = FAKE_WALL_START + fake_wall_offset + (fake_mono_ns - FAKE_MONO_START);
-        else
-                return (int)syscall(SYS_clock_gettime, id, ts);
-        ts->tv_sec = (time_t)(ns / 1000000000);
-        ts->tv_nsec = (long)(ns % 1000000000);
-        return 0;
-}
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
-{
-        va_list ap;
-        va_start(ap, fmt);
-        fputs("make_traces: ", stderr);
-        vfprintf(stderr, fmt, ap);
-        fputc('\n', stderr);
-        va_end(ap);
-        exit(1);
-}
-
-static void must(struct trace_writer *w, int rc, const char *what)
-{
-        if (rc < 0)
-                die("%s: %s (%s)", what, trace_status_str(rc), trace_writer_errmsg(w));
-}
+#define MS 1000000LL
 
 static uint64_t rng;
 
@@ -83,21 +47,21 @@ static struct trace_writer *create(const char *dir, const char *name, const char
 {
         char path[4096];
         snprintf(path, sizeof(path), "%s/%s", dir, name);
-        fake_mono_ns = FAKE_MONO_START;
+        tu_fake_mono_ns = TU_MONO_START;
         struct trace_writer *w = NULL;
-        must(w, trace_writer_create(path, TRACE_CREATE_FORCE, &w), path);
-        must(w, trace_writer_set_meta(w, TRACE_META_HOST, host), "meta");
-        must(w, trace_writer_set_meta(w, TRACE_META_KERNEL, "Linux 6.1.0-test x86_64"), "meta");
-        must(w, trace_writer_set_meta(w, TRACE_META_TOOL_VERSION, "0.0.0-test"), "meta");
-        must(w, trace_writer_set_meta_int(w, TRACE_META_RATE_HZ, 200), "meta");
-        must(w, trace_writer_set_meta(w, TRACE_META_MODE, "nonblocking"), "meta");
+        tu_must(w, trace_writer_create(path, TRACE_CREATE_FORCE, &w), path);
+        tu_must(w, trace_writer_set_meta(w, TRACE_META_HOST, host), "meta");
+        tu_must(w, trace_writer_set_meta(w, TRACE_META_KERNEL, "Linux 6.1.0-test x86_64"), "meta");
+        tu_must(w, trace_writer_set_meta(w, TRACE_META_TOOL_VERSION, "0.0.0-test"), "meta");
+        tu_must(w, trace_writer_set_meta_int(w, TRACE_META_RATE_HZ, 200), "meta");
+        tu_must(w, trace_writer_set_meta(w, TRACE_META_MODE, "nonblocking"), "meta");
         return w;
 }
 
 static void finish(struct trace_writer *w, int64_t end_ms)
 {
-        fake_mono_ns = FAKE_MONO_START + end_ms * MS;
-        must(w, trace_writer_finalize(w), "finalize");
+        tu_fake_mono_ns = TU_MONO_START + end_ms * MS;
+        tu_must(w, trace_writer_finalize(w), "finalize");
         trace_writer_free(w);
 }
 
@@ -106,14 +70,14 @@ static uint32_t frame(struct trace_writer *w, const char *function, const char *
 {
         struct trace_frame_desc d = {function, NULL, file, line, first_line, TRACE_FRAME_PYTHON};
         uint32_t id = 0;
-        must(w, trace_writer_intern_frame(w, &d, &id), "frame");
+        tu_must(w, trace_writer_intern_frame(w, &d, &id), "frame");
         return id;
 }
 
 static uint32_t stack(struct trace_writer *w, size_t depth, const uint32_t *frames)
 {
         uint32_t id = 0;
-        must(w, trace_writer_intern_stack_frames(w, frames, depth, &id), "stack");
+        tu_must(w, trace_writer_intern_stack_frames(w, frames, depth, &id), "stack");
         return id;
 }
 
@@ -121,7 +85,7 @@ static uint32_t thread(struct trace_writer *w, int32_t pid, int64_t tid, const c
 {
         struct trace_thread_desc d = {pid, tid, (uint64_t)tid * 1000, name};
         uint32_t ref = 0;
-        must(w, trace_writer_add_thread(w, &d, &ref), "thread");
+        tu_must(w, trace_writer_add_thread(w, &d, &ref), "thread");
         return ref;
 }
 
@@ -148,7 +112,7 @@ static void write_app(const char *dir, const char *name, uint64_t seed, double s
         rng = seed;
         struct trace_writer *w = create(dir, name, "testhost");
         struct trace_process_desc p = {pid, "python app.py", "3.12.1", "shared"};
-        must(w, trace_writer_add_process(w, &p), "process");
+        tu_must(w, trace_writer_add_process(w, &p), "process");
         uint32_t t_main = thread(w, pid, pid, "MainThread");
         uint32_t t_worker = thread(w, pid, pid + 1, "worker");
         uint32_t f_main = frame(w, "main", "app.py", 12, 10);
@@ -173,26 +137,26 @@ static void write_app(const char *dir, const char *name, uint64_t seed, double s
         int cur = -1;
         bool waiting = true;
         for (int tick = 0; tick < ticks; tick++) {
-                int64_t t = FAKE_MONO_START + (int64_t)tick * 5 * MS;
+                int64_t t = TU_MONO_START + (int64_t)tick * 5 * MS;
                 if (cur < 0 || uniform() < 1.0 / leaf_run[cur]) {
                         double u = uniform() * sum, c = 0;
                         for (cur = 0; cur < L_COUNT - 1; cur++)
                                 if (u < (c += weight[cur]))
                                         break;
                 }
-                must(w,
-                     trace_writer_add_sample(w, t_main, t, s_leaf[cur],
-                                             TRACE_STATE_ON_CPU | TRACE_STATE_HOLDS_GIL),
-                     "sample");
+                tu_must(w,
+                        trace_writer_add_sample(w, t_main, t, s_leaf[cur],
+                                                TRACE_STATE_ON_CPU | TRACE_STATE_HOLDS_GIL),
+                        "sample");
                 if (uniform() < 0.1)
                         waiting = !waiting;
-                must(w,
-                     trace_writer_add_sample(w, t_worker, t, waiting ? s_wait : s_loop,
-                                             waiting ? 0 : TRACE_STATE_ON_CPU),
-                     "sample");
+                tu_must(w,
+                        trace_writer_add_sample(w, t_worker, t, waiting ? s_wait : s_loop,
+                                                waiting ? 0 : TRACE_STATE_ON_CPU),
+                        "sample");
         }
-        fake_mono_ns = FAKE_MONO_START + (int64_t)ticks * 5 * MS;
-        must(w, trace_writer_end_process(w, pid, 0, fake_mono_ns), "end");
+        tu_fake_mono_ns = TU_MONO_START + (int64_t)ticks * 5 * MS;
+        tu_must(w, trace_writer_end_process(w, pid, 0, tu_fake_mono_ns), "end");
         finish(w, (int64_t)ticks * 5);
 }
 
@@ -208,7 +172,7 @@ static void write_phases(const char *dir)
         rng = 7;
         struct trace_writer *w = create(dir, "phases.db", "testhost");
         struct trace_process_desc p = {300, "python job.py", "3.12.1", "shared"};
-        must(w, trace_writer_add_process(w, &p), "process");
+        tu_must(w, trace_writer_add_process(w, &p), "process");
         uint32_t t = thread(w, 300, 300, "MainThread");
         uint32_t f_run = frame(w, "run", "job.py", 50, 48);
         uint32_t f_load = frame(w, "load", "job.py", 12, 10);
@@ -227,7 +191,7 @@ static void write_phases(const char *dir)
                         s = s_sleep;
                         st = 0;
                 }
-                must(w, trace_writer_add_sample(w, t, FAKE_MONO_START + ms * MS, s, st), "sample");
+                tu_must(w, trace_writer_add_sample(w, t, TU_MONO_START + ms * MS, s, st), "sample");
         }
         finish(w, 10000);
 }
@@ -237,16 +201,16 @@ static void write_small(const char *dir)
 {
         struct trace_writer *w = create(dir, "small.db", "testhost");
         struct trace_process_desc p = {400, "python tiny.py", "3.12.1", "shared"};
-        must(w, trace_writer_add_process(w, &p), "process");
+        tu_must(w, trace_writer_add_process(w, &p), "process");
         uint32_t t = thread(w, 400, 400, "MainThread");
         uint32_t f_a = frame(w, "tiny", "tiny.py", 2, 1);
         uint32_t f_b = frame(w, "compute", "app.py", 41, 40);
         uint32_t s_a = stack(w, 1, &f_a), s_b = stack(w, 1, &f_b);
         for (int i = 0; i < 30; i++)
-                must(w,
-                     trace_writer_add_sample(w, t, FAKE_MONO_START + i * 10 * MS, i % 3 ? s_a : s_b,
-                                             TRACE_STATE_ON_CPU),
-                     "sample");
+                tu_must(w,
+                        trace_writer_add_sample(w, t, TU_MONO_START + i * 10 * MS,
+                                                i % 3 ? s_a : s_b, TRACE_STATE_ON_CPU),
+                        "sample");
         finish(w, 300);
 }
 
@@ -255,13 +219,13 @@ static void write_idle(const char *dir)
 {
         struct trace_writer *w = create(dir, "idle.db", "testhost");
         struct trace_process_desc p = {500, "python idle.py", "3.12.1", "shared"};
-        must(w, trace_writer_add_process(w, &p), "process");
+        tu_must(w, trace_writer_add_process(w, &p), "process");
         uint32_t t = thread(w, 500, 500, "MainThread");
         uint32_t f = frame(w, "wait", "idle.py", 2, 1);
         uint32_t s = stack(w, 1, &f);
         for (int i = 0; i < 50; i++)
-                must(w, trace_writer_add_sample(w, t, FAKE_MONO_START + i * 10 * MS, s, 0),
-                     "sample");
+                tu_must(w, trace_writer_add_sample(w, t, TU_MONO_START + i * 10 * MS, s, 0),
+                        "sample");
         finish(w, 500);
 }
 
@@ -272,48 +236,49 @@ static void write_idle(const char *dir)
 static void write_hosts(const char *dir)
 {
         for (int h = 0; h < 2; h++) {
-                fake_wall_offset = h * 2000 * MS;
+                tu_fake_wall_offset = h * 2000 * MS;
                 struct trace_writer *w =
                     create(dir, h ? "host-b.db" : "host-a.db", h ? "host-b" : "host-a");
-                must(w, trace_writer_set_meta(w, TRACE_META_PIDS, h ? "600 601" : "600"), "meta");
-                must(w,
-                     trace_writer_set_meta(w, TRACE_META_PYTHON_VERSION, h ? "3.11.4" : "3.12.1"),
-                     "meta");
+                tu_must(w, trace_writer_set_meta(w, TRACE_META_PIDS, h ? "600 601" : "600"),
+                        "meta");
+                tu_must(
+                    w, trace_writer_set_meta(w, TRACE_META_PYTHON_VERSION, h ? "3.11.4" : "3.12.1"),
+                    "meta");
                 struct trace_process_desc p = {600, h ? "python b.py" : "python a.py",
                                                h ? "3.11.4" : "3.12.1", "shared"};
-                must(w, trace_writer_add_process(w, &p), "process");
+                tu_must(w, trace_writer_add_process(w, &p), "process");
                 uint32_t t = thread(w, 600, 600, "MainThread");
                 uint32_t t2 = 0;
                 if (h) {
                         struct trace_process_desc q = {601, "python b2.py", "3.11.4", "shared"};
-                        must(w, trace_writer_add_process(w, &q), "process");
+                        tu_must(w, trace_writer_add_process(w, &q), "process");
                         t2 = thread(w, 601, 601, "MainThread");
                 }
                 uint32_t f = frame(w, h ? "serve_b" : "serve_a", h ? "b.py" : "a.py", 5, 1);
                 uint32_t g = frame(w, "common", "lib.py", 9, 7);
                 uint32_t s1 = stack(w, 1, &f), s2 = stack(w, 2, (uint32_t[]){f, g});
                 for (int i = 0; i < 100; i++) {
-                        int64_t ts = FAKE_MONO_START + i * 10 * MS;
-                        must(w, trace_writer_add_sample(w, t, ts, i % 4 ? s1 : s2, 1), "sample");
+                        int64_t ts = TU_MONO_START + i * 10 * MS;
+                        tu_must(w, trace_writer_add_sample(w, t, ts, i % 4 ? s1 : s2, 1), "sample");
                         if (t2)
-                                must(w, trace_writer_add_sample(w, t2, ts, s2, 1), "sample");
+                                tu_must(w, trace_writer_add_sample(w, t2, ts, s2, 1), "sample");
                 }
-                must(w, trace_writer_count_error(w, 600, TRACE_ERROR_TORN, 1 + (uint64_t)h),
-                     "errors");
-                fake_mono_ns = FAKE_MONO_START + 1000 * MS;
-                must(w, trace_writer_end_process(w, 600, h, fake_mono_ns), "end");
+                tu_must(w, trace_writer_count_error(w, 600, TRACE_ERROR_TORN, 1 + (uint64_t)h),
+                        "errors");
+                tu_fake_mono_ns = TU_MONO_START + 1000 * MS;
+                tu_must(w, trace_writer_end_process(w, 600, h, tu_fake_mono_ns), "end");
                 finish(w, 1000);
         }
-        fake_wall_offset = 0;
+        tu_fake_wall_offset = 0;
 }
 
 int main(int argc, char **argv)
 {
         if (argc != 2 && !(argc == 4 && !strcmp(argv[2], "pairs")))
-                die("usage: make_traces DIR [pairs N]");
+                tu_die("usage: make_traces DIR [pairs N]");
         const char *dir = argv[1];
         if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-                die("%s: %s", dir, strerror(errno));
+                tu_die("%s: %s", dir, strerror(errno));
         if (argc == 4) {
                 int n = atoi(argv[3]);
                 for (int i = 0; i < n; i++) {

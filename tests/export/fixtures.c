@@ -31,42 +31,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- the fake clock ---- */
-
-static int64_t fake_mono_ns = FX_MONO_START;
-
-int clock_gettime(clockid_t id, struct timespec *ts)
-{
-        int64_t ns;
-        if (id == CLOCK_MONOTONIC)
-                ns = fake_mono_ns;
-        else if (id == CLOCK_REALTIME)
-                ns = FX_WALL_START + (fake_mono_ns - FX_MONO_START);
-        else
-                return (int)syscall(SYS_clock_gettime, id, ts);
-        ts->tv_sec = (time_t)(ns / 1000000000);
-        ts->tv_nsec = (long)(ns % 1000000000);
-        return 0;
-}
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
-{
-        va_list ap;
-        va_start(ap, fmt);
-        fputs("fixtures: ", stderr);
-        vfprintf(stderr, fmt, ap);
-        fputc('\n', stderr);
-        va_end(ap);
-        exit(1);
-}
-
-static void must(struct trace_writer *w, int rc, const char *what)
-{
-        if (rc < 0)
-                die("%s: %s (%s)", what, trace_status_str(rc), w ? trace_writer_errmsg(w) : "");
-}
-
 /* ---- building ---- */
 
 static uint32_t frame(struct fx_trace *t, struct trace_writer *w, const char *function,
@@ -75,9 +39,9 @@ static uint32_t frame(struct fx_trace *t, struct trace_writer *w, const char *fu
 {
         struct trace_frame_desc d = {function, qualname, file, line, first_line, kind};
         uint32_t id = 0;
-        must(w, trace_writer_intern_frame(w, &d, &id), "intern frame");
+        tu_must(w, trace_writer_intern_frame(w, &d, &id), "intern frame");
         if (id >= FX_MAX_FRAMES)
-                die("too many frames");
+                tu_die("too many frames");
         t->label[id] = label;
         t->first_line[id] = first_line;
         return id;
@@ -87,13 +51,13 @@ static uint32_t stack(struct fx_trace *t, struct trace_writer *w, const uint32_t
                       size_t depth)
 {
         uint32_t id = 0;
-        must(w, trace_writer_intern_stack_frames(w, frames, depth, &id), "intern stack");
+        tu_must(w, trace_writer_intern_stack_frames(w, frames, depth, &id), "intern stack");
         if (id >= FX_MAX_STACKS)
-                die("too many stacks");
+                tu_die("too many stacks");
         if (!t->stack_frames[id] && depth) {
                 t->stack_frames[id] = malloc(depth * sizeof(uint32_t));
                 if (!t->stack_frames[id])
-                        die("out of memory");
+                        tu_die("out of memory");
                 memcpy(t->stack_frames[id], frames, depth * sizeof(uint32_t));
                 t->stack_depth[id] = (uint32_t)depth;
         }
@@ -105,7 +69,7 @@ static int thread(struct fx_trace *t, struct trace_writer *w, int32_t pid, int64
 {
         struct trace_thread_desc d = {pid, tid, (uint64_t)tid + 1000, name};
         struct fx_thread *th = &t->threads[t->n_threads];
-        must(w, trace_writer_add_thread(w, &d, &th->ref), "add thread");
+        tu_must(w, trace_writer_add_thread(w, &d, &th->ref), "add thread");
         th->pid = pid;
         th->tid = tid;
         th->name = name;
@@ -116,35 +80,35 @@ static void sample(struct fx_trace *t, struct trace_writer *w, int th, int tick,
                    unsigned state)
 {
         int64_t rel = tick * FX_PERIOD_NS;
-        must(w,
-             trace_writer_add_sample(w, t->threads[th].ref, FX_MONO_START + rel, stack_id, state),
-             "add sample");
+        tu_must(
+            w, trace_writer_add_sample(w, t->threads[th].ref, FX_MONO_START + rel, stack_id, state),
+            "add sample");
         if (t->n_samples == t->cap_samples) {
                 t->cap_samples = t->cap_samples ? t->cap_samples * 2 : 256;
                 t->samples = realloc(t->samples, t->cap_samples * sizeof(*t->samples));
                 if (!t->samples)
-                        die("out of memory");
+                        tu_die("out of memory");
         }
         t->samples[t->n_samples++] = (struct fx_sample){th, rel, state, stack_id};
 }
 
 static struct trace_writer *create(struct fx_trace *t, const char *name, const char *dir)
 {
-        fake_mono_ns = FX_MONO_START;
+        tu_fake_mono_ns = FX_MONO_START;
         snprintf(t->path, sizeof(t->path), "%s/%s.pyflame", dir, name);
         struct trace_writer *w = NULL;
-        must(w, trace_writer_create(t->path, TRACE_CREATE_FORCE, &w), t->path);
-        must(w, trace_writer_set_meta_int(w, TRACE_META_RATE_HZ, 100), "meta");
-        must(w, trace_writer_set_meta(w, TRACE_META_MODE, "nonblocking"), "meta");
-        must(w, trace_writer_set_meta(w, TRACE_META_HOST, "testhost"), "meta");
+        tu_must(w, trace_writer_create(t->path, TRACE_CREATE_FORCE, &w), t->path);
+        tu_must(w, trace_writer_set_meta_int(w, TRACE_META_RATE_HZ, 100), "meta");
+        tu_must(w, trace_writer_set_meta(w, TRACE_META_MODE, "nonblocking"), "meta");
+        tu_must(w, trace_writer_set_meta(w, TRACE_META_HOST, "testhost"), "meta");
         return w;
 }
 
 static void finish(struct fx_trace *t, struct trace_writer *w, int64_t end_ms)
 {
-        fake_mono_ns = FX_MONO_START + end_ms * FX_MS;
+        tu_fake_mono_ns = FX_MONO_START + end_ms * FX_MS;
         t->duration_ns = end_ms * FX_MS;
-        must(w, trace_writer_finalize(w), "finalize");
+        tu_must(w, trace_writer_finalize(w), "finalize");
         trace_writer_free(w);
 }
 
@@ -155,11 +119,11 @@ static void finish(struct fx_trace *t, struct trace_writer *w, int64_t end_ms)
 static void build_basic(struct fx_trace *t, const char *dir)
 {
         struct trace_writer *w = create(t, "basic", dir);
-        must(w, trace_writer_set_meta(w, TRACE_META_CMDLINE, "python app.py"), "meta");
+        tu_must(w, trace_writer_set_meta(w, TRACE_META_CMDLINE, "python app.py"), "meta");
         struct trace_process_desc p1 = {100, "python app.py", "3.12.1", "shared"};
         struct trace_process_desc p2 = {200, "python other.py", "3.11.4", "static"};
-        must(w, trace_writer_add_process(w, &p1), "process");
-        must(w, trace_writer_add_process(w, &p2), "process");
+        tu_must(w, trace_writer_add_process(w, &p1), "process");
+        tu_must(w, trace_writer_add_process(w, &p2), "process");
         int t_main = thread(t, w, 100, 100, "MainThread");
         int t_worker = thread(t, w, 100, 101, "worker");
         int t_other = thread(t, w, 200, 200, NULL);
@@ -220,7 +184,7 @@ static void build_deep(struct fx_trace *t, const char *dir)
         enum { DEPTH = 300 };
         struct trace_writer *w = create(t, "deep", dir);
         struct trace_process_desc p = {300, "python deep.py", "3.13.0", "shared"};
-        must(w, trace_writer_add_process(w, &p), "process");
+        tu_must(w, trace_writer_add_process(w, &p), "process");
         int th = thread(t, w, 300, 300, "MainThread");
         uint32_t rec =
             frame(t, w, "rec", NULL, "deep.py", 1, 1, TRACE_FRAME_PYTHON, "rec (deep.py:1)");
@@ -247,7 +211,7 @@ static void build_empty(struct fx_trace *t, const char *dir)
 {
         struct trace_writer *w = create(t, "empty", dir);
         struct trace_process_desc p = {400, "python idle.py", "3.12.1", "shared"};
-        must(w, trace_writer_add_process(w, &p), "process");
+        tu_must(w, trace_writer_add_process(w, &p), "process");
         thread(t, w, 400, 400, "MainThread");
         finish(t, w, 100);
 }
@@ -263,7 +227,7 @@ void fx_build(struct fx_trace *t, const char *name, const char *dir)
         else if (strcmp(name, "empty") == 0)
                 build_empty(t, dir);
         else
-                die("no fixture %s", name);
+                tu_die("no fixture %s", name);
 }
 
 void fx_free(struct fx_trace *t)
@@ -308,7 +272,7 @@ static void path_text(const struct fx_trace *t, uint32_t stack_id, char sep, cha
                 int k = snprintf(buf + n, len - n, "%s%s", i ? (char[]){sep, 0} : "",
                                  t->label[t->stack_frames[stack_id][i]]);
                 if (k < 0 || (size_t)k >= len - n)
-                        die("path too long");
+                        tu_die("path too long");
                 n += (size_t)k;
         }
 }
@@ -415,7 +379,7 @@ void fx_write_expected(FILE *out, const struct fx_trace *t, const struct trace_f
         }
         fputs("]}\n", out);
         if (ferror(out))
-                die("cannot write the expectations");
+                tu_die("cannot write the expectations");
 }
 
 /* ---- temporary directories ---- */
@@ -426,7 +390,7 @@ char *fx_mkdtemp(void)
         char tmpl[4096];
         snprintf(tmpl, sizeof(tmpl), "%s/pyflame-export-XXXXXX", base && *base ? base : "/tmp");
         if (!mkdtemp(tmpl))
-                die("mkdtemp %s: %s", tmpl, strerror(errno));
+                tu_die("mkdtemp %s: %s", tmpl, strerror(errno));
         return strdup(tmpl);
 }
 

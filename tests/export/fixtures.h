@@ -16,10 +16,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "testutil.h"
 #include "trace.h"
 
-#define FX_MONO_START  1000000000000LL       /* 1000 s after boot */
-#define FX_WALL_START  1780000000000000000LL /* 2026-05-28 */
+#define FX_MONO_START  TU_MONO_START /* the fake clock's (tests/common/fakeclock.c) */
+#define FX_WALL_START  TU_WALL_START
 #define FX_MS          1000000LL
 #define FX_PERIOD_NS   (10 * FX_MS) /* every fixture is recorded at 100 Hz */
 #define FX_MAX_FRAMES  32

@@ -13,7 +13,7 @@
  * process stopped before the dynamic loader ran, a non-Python process, a
  * dead pid, and an unprivileged caller.
  *
- * Built with -DPYFLAME_UNITTEST against pyfind.c to reach its parsers.
+ * The parsers are tested through what pyfind.h exposes.
  */
 #ifdef FAKE_PYRUNTIME_MODULE
 
@@ -67,12 +67,6 @@ __attribute__((visibility("default"))) void *fake_runtime_address(void)
 #include "memsrc.h"
 #include "procfs.h"
 #include "pyfind.h"
-
-/* pyfind.c internals, exported by the -DPYFLAME_UNITTEST build. */
-size_t pyfind_parse_version(const char *s, size_t len, uint32_t *hex);
-int pyfind_scan_version_string(const char *buf, size_t len, uint32_t *hex);
-bool pyfind_parse_python_name(const char *base, int *major, int *minor, char *flags,
-                              size_t flagslen, bool *is_lib);
 
 /*
  * Runs inside the target (2.7 and 3.x): prints the truth on one line, then

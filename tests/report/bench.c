@@ -19,20 +19,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "testutil.h"
 #include "trace.h"
 
 #define N_THREADS 8
 #define N_FRAMES  400
 #define N_LEAVES  5000
 #define DEPTH     30
-
-static void must(struct trace_writer *w, int rc, const char *what)
-{
-        if (rc < 0) {
-                fprintf(stderr, "report-bench: %s: %s\n", what, trace_writer_errmsg(w));
-                exit(1);
-        }
-}
 
 /* A small deterministic generator (xorshift64*). */
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
@@ -54,13 +47,13 @@ static int64_t now_ns(void)
 static void write_trace(const char *path, uint64_t samples)
 {
         struct trace_writer *w = NULL;
-        must(w, trace_writer_create(path, TRACE_CREATE_FORCE, &w), path);
+        tu_must(w, trace_writer_create(path, TRACE_CREATE_FORCE, &w), path);
         struct trace_process_desc p = {1000, "python bench.py", "3.12.1", "shared"};
-        must(w, trace_writer_add_process(w, &p), "process");
+        tu_must(w, trace_writer_add_process(w, &p), "process");
         uint32_t threads[N_THREADS];
         for (int i = 0; i < N_THREADS; i++) {
                 struct trace_thread_desc t = {1000, 1000 + i, 0, NULL};
-                must(w, trace_writer_add_thread(w, &t, &threads[i]), "thread");
+                tu_must(w, trace_writer_add_thread(w, &t, &threads[i]), "thread");
         }
         uint32_t frames[N_FRAMES];
         for (int i = 0; i < N_FRAMES; i++) {
@@ -69,7 +62,7 @@ static void write_trace(const char *path, uint64_t samples)
                 snprintf(file, sizeof(file), "/src/module_%d.py", i / 40);
                 struct trace_frame_desc d = {
                     fn, NULL, file, 10 + i, 1 + (i / 4) * 4, TRACE_FRAME_PYTHON};
-                must(w, trace_writer_intern_frame(w, &d, &frames[i]), "frame");
+                tu_must(w, trace_writer_intern_frame(w, &d, &frames[i]), "frame");
         }
         /* Leaves share prefixes: each starts from an earlier leaf's first frames. */
         static uint32_t chains[N_LEAVES][DEPTH];
@@ -85,7 +78,8 @@ static void write_trace(const char *path, uint64_t samples)
                         else
                                 chains[l][d] = frames[rng(N_FRAMES)];
                 }
-                must(w, trace_writer_intern_stack_frames(w, chains[l], DEPTH, &leaves[l]), "stack");
+                tu_must(w, trace_writer_intern_stack_frames(w, chains[l], DEPTH, &leaves[l]),
+                        "stack");
         }
         int64_t t0 = now_ns();
         uint64_t ticks = samples / N_THREADS;
@@ -97,12 +91,12 @@ static void write_trace(const char *path, uint64_t samples)
                         unsigned state = rng(4) ? TRACE_STATE_ON_CPU : 0;
                         if (state && rng(2))
                                 state |= TRACE_STATE_HOLDS_GIL;
-                        must(w,
-                             trace_writer_add_sample(w, threads[i], t0 + (int64_t)tick * 100000,
-                                                     leaves[leaf], state),
-                             "sample");
+                        tu_must(w,
+                                trace_writer_add_sample(w, threads[i], t0 + (int64_t)tick * 100000,
+                                                        leaves[leaf], state),
+                                "sample");
                 }
-        must(w, trace_writer_finalize(w), "finalize");
+        tu_must(w, trace_writer_finalize(w), "finalize");
         trace_writer_free(w);
 }
 

@@ -42,55 +42,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "testutil.h"
 #include "trace.h"
 
-/* ---- the fake clock ---- */
-
-#define FAKE_MONO_START 1000000000000LL       /* 1000 s after boot */
-#define FAKE_WALL_START 1780000000000000000LL /* 2026-05-28 */
-#define MS              1000000LL
-
-static int64_t fake_mono_ns = FAKE_MONO_START;
-
-int clock_gettime(clockid_t id, struct timespec *ts)
-{
-        int64_t ns;
-        if (id == CLOCK_MONOTONIC)
-                ns = fake_mono_ns;
-        else if (id == CLOCK_REALTIME)
-                ns = FAKE_WALL_START + (fake_mono_ns - FAKE_MONO_START);
-        else
-                return (int)syscall(SYS_clock_gettime, id, ts);
-        ts->tv_sec = (time_t)(ns / 1000000000);
-        ts->tv_nsec = (long)(ns % 1000000000);
-        return 0;
-}
-
-/* ---- failures of the test itself ---- */
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
-{
-        va_list ap;
-        va_start(ap, fmt);
-        fputs("golden: ", stderr);
-        vfprintf(stderr, fmt, ap);
-        fputc('\n', stderr);
-        va_end(ap);
-        exit(1);
-}
-
-static void must(struct trace_writer *w, int rc, const char *what)
-{
-        if (rc < 0)
-                die("%s: %s (%s)", what, trace_status_str(rc), trace_writer_errmsg(w));
-}
+#define MS 1000000LL
 
 static void write_file(const char *path, const void *data, size_t n)
 {
         FILE *f = fopen(path, "wb");
         if (!f || fwrite(data, 1, n, f) != n || fclose(f) != 0)
-                die("cannot write %s: %s", path, strerror(errno));
+                tu_die("cannot write %s: %s", path, strerror(errno));
 }
 
 /* Whole file in a malloc'ed, NUL-terminated buffer; NULL when it cannot be read. */
@@ -103,7 +64,7 @@ static char *read_file(const char *path, size_t *size)
         char *buf = malloc(cap + 1);
         for (;;) {
                 if (!buf)
-                        die("out of memory");
+                        tu_die("out of memory");
                 n += fread(buf + n, 1, cap - n, f);
                 if (n < cap)
                         break;
@@ -123,7 +84,7 @@ static uint32_t frame(struct trace_writer *w, const char *function, const char *
 {
         struct trace_frame_desc d = {function, qualname, file, line, first_line, kind};
         uint32_t id = 0;
-        must(w, trace_writer_intern_frame(w, &d, &id), "intern frame");
+        tu_must(w, trace_writer_intern_frame(w, &d, &id), "intern frame");
         return id;
 }
 
@@ -136,7 +97,7 @@ static uint32_t stack(struct trace_writer *w, size_t depth, ...)
                 frames[i] = va_arg(ap, uint32_t);
         va_end(ap);
         uint32_t id = 0;
-        must(w, trace_writer_intern_stack_frames(w, frames, depth, &id), "intern stack");
+        tu_must(w, trace_writer_intern_stack_frames(w, frames, depth, &id), "intern stack");
         return id;
 }
 
@@ -145,31 +106,31 @@ static uint32_t thread(struct trace_writer *w, int32_t pid, int64_t tid, uint64_
 {
         struct trace_thread_desc d = {pid, tid, pyid, name};
         uint32_t ref = 0;
-        must(w, trace_writer_add_thread(w, &d, &ref), "add thread");
+        tu_must(w, trace_writer_add_thread(w, &d, &ref), "add thread");
         return ref;
 }
 
 static struct trace_writer *create(const char *path)
 {
-        fake_mono_ns = FAKE_MONO_START;
+        tu_fake_mono_ns = TU_MONO_START;
         struct trace_writer *w = NULL;
         int rc = trace_writer_create(path, TRACE_CREATE_FORCE, &w);
-        must(w, rc, path);
-        must(w, trace_writer_set_meta(w, TRACE_META_HOST, "testhost"), "meta");
-        must(w, trace_writer_set_meta(w, TRACE_META_KERNEL, "Linux 6.1.0-test x86_64"), "meta");
-        must(w, trace_writer_set_meta(w, TRACE_META_TOOL_VERSION, "0.0.0-test"), "meta");
-        must(w, trace_writer_set_meta_int(w, TRACE_META_RATE_HZ, 100), "meta");
-        must(w, trace_writer_set_meta(w, TRACE_META_MODE, "nonblocking"), "meta");
+        tu_must(w, rc, path);
+        tu_must(w, trace_writer_set_meta(w, TRACE_META_HOST, "testhost"), "meta");
+        tu_must(w, trace_writer_set_meta(w, TRACE_META_KERNEL, "Linux 6.1.0-test x86_64"), "meta");
+        tu_must(w, trace_writer_set_meta(w, TRACE_META_TOOL_VERSION, "0.0.0-test"), "meta");
+        tu_must(w, trace_writer_set_meta_int(w, TRACE_META_RATE_HZ, 100), "meta");
+        tu_must(w, trace_writer_set_meta(w, TRACE_META_MODE, "nonblocking"), "meta");
         return w;
 }
 
 static void finish(struct trace_writer *w, int64_t end_ms, bool finalize)
 {
-        fake_mono_ns = FAKE_MONO_START + end_ms * MS;
+        tu_fake_mono_ns = TU_MONO_START + end_ms * MS;
         if (finalize)
-                must(w, trace_writer_finalize(w), "finalize");
+                tu_must(w, trace_writer_finalize(w), "finalize");
         else
-                must(w, trace_writer_flush(w), "flush");
+                tu_must(w, trace_writer_flush(w), "flush");
         trace_writer_free(w);
 }
 
@@ -202,8 +163,8 @@ static void build_basic(const char *path)
         struct trace_writer *w = create(path);
         struct trace_process_desc p1 = {4242, "python app.py", "3.12.1", "shared"};
         struct trace_process_desc p2 = {5151, "python other.py", "3.11.4", "static"};
-        must(w, trace_writer_add_process(w, &p1), "process");
-        must(w, trace_writer_add_process(w, &p2), "process");
+        tu_must(w, trace_writer_add_process(w, &p1), "process");
+        tu_must(w, trace_writer_add_process(w, &p2), "process");
         uint32_t t_main = thread(w, 4242, 4242, 140000000000001ULL, "MainThread");
         uint32_t t_worker = thread(w, 4242, 4243, 140000000000002ULL, "worker");
         uint32_t t_sleeper = thread(w, 4242, 4244, 140000000000003ULL, "sleeper");
@@ -233,25 +194,25 @@ static void build_basic(const char *path)
         uint32_t s_unknown = stack(w, 1, unknown);
 
         for (int tick = 0; tick < 100; tick++) {
-                int64_t t = FAKE_MONO_START + tick * 10 * MS;
+                int64_t t = TU_MONO_START + tick * 10 * MS;
                 uint32_t s = tick < 50   ? s_compute
                              : tick < 70 ? s_fib3
                              : tick < 80 ? s_fib1
                                          : s_main;
                 unsigned st = tick < 70 ? ON | GIL : tick < 80 ? ON : 0;
-                must(w, trace_writer_add_sample(w, t_main, t, s, st), "sample");
+                tu_must(w, trace_writer_add_sample(w, t_main, t, s, st), "sample");
                 s = tick < 90 ? s_worker : TRACE_STACK_EMPTY;
                 st = tick < 90 && tick % 2 == 0 ? ON | GIL : ON;
-                must(w, trace_writer_add_sample(w, t_worker, t, s, st), "sample");
-                must(w, trace_writer_add_sample(w, t_sleeper, t, s_sleep, 0), "sample");
-                must(w, trace_writer_add_sample(w, t_other, t, s_other, ON | GIL), "sample");
+                tu_must(w, trace_writer_add_sample(w, t_worker, t, s, st), "sample");
+                tu_must(w, trace_writer_add_sample(w, t_sleeper, t, s_sleep, 0), "sample");
+                tu_must(w, trace_writer_add_sample(w, t_other, t, s_other, ON | GIL), "sample");
                 if (tick < 10)
-                        must(w, trace_writer_add_sample(w, t_anon, t, s_unknown, ON), "sample");
+                        tu_must(w, trace_writer_add_sample(w, t_anon, t, s_unknown, ON), "sample");
         }
-        must(w, trace_writer_count_error(w, 4242, TRACE_ERROR_TORN, 3), "error");
-        must(w, trace_writer_count_error(w, 0, TRACE_ERROR_LATE, 2), "error");
-        fake_mono_ns = FAKE_MONO_START + 1000 * MS;
-        must(w, trace_writer_end_process(w, 5151, 0, fake_mono_ns), "end process");
+        tu_must(w, trace_writer_count_error(w, 4242, TRACE_ERROR_TORN, 3), "error");
+        tu_must(w, trace_writer_count_error(w, 0, TRACE_ERROR_LATE, 2), "error");
+        tu_fake_mono_ns = TU_MONO_START + 1000 * MS;
+        tu_must(w, trace_writer_end_process(w, 5151, 0, tu_fake_mono_ns), "end process");
         finish(w, 1000, true);
 }
 
@@ -279,7 +240,7 @@ static void build_sources(const char *path)
 {
         struct trace_writer *w = create(path);
         struct trace_process_desc p = {300, "python srv.py", "3.12.1", "shared"};
-        must(w, trace_writer_add_process(w, &p), "process");
+        tu_must(w, trace_writer_add_process(w, &p), "process");
         uint32_t t = thread(w, 300, 300, 7, "MainThread");
         const char *h = "/srv/app/handlers.py", *sh = "/srv/app/short.py";
         uint32_t handle5 = frame(w, "handle", NULL, h, 5, 3, TRACE_FRAME_PYTHON);
@@ -305,10 +266,10 @@ static void build_sources(const char *path)
                         : tick < 85 ? 3
                         : tick < 93 ? 4
                                     : 5;
-                must(w,
-                     trace_writer_add_sample(w, t, FAKE_MONO_START + tick * 10 * MS, stacks[k],
-                                             ON | GIL),
-                     "sample");
+                tu_must(w,
+                        trace_writer_add_sample(w, t, TU_MONO_START + tick * 10 * MS, stacks[k],
+                                                ON | GIL),
+                        "sample");
         }
         static const char handlers[] =
             "\"\"\"Request handlers (stored in the trace only).\"\"\"\n"
@@ -331,15 +292,15 @@ static void build_sources(const char *path)
         static const char short_py[] = "def helper(x):\n"
                                        "    return x + 1\n"
                                        "# three lines, then the file was cut";
-        must(w,
-             trace_writer_add_source(w, h, handlers, sizeof(handlers) - 1,
-                                     FAKE_WALL_START - 86400LL * 1000000000),
-             "source");
-        must(w, trace_writer_add_source(w, "app/work.py", work, sizeof(work) - 1, -1), "source");
-        must(w,
-             trace_writer_add_source(w, sh, short_py, sizeof(short_py) - 1,
-                                     FAKE_WALL_START + 500 * MS),
-             "source");
+        tu_must(w,
+                trace_writer_add_source(w, h, handlers, sizeof(handlers) - 1,
+                                        TU_WALL_START - 86400LL * 1000000000),
+                "source");
+        tu_must(w, trace_writer_add_source(w, "app/work.py", work, sizeof(work) - 1, -1), "source");
+        tu_must(w,
+                trace_writer_add_source(w, sh, short_py, sizeof(short_py) - 1,
+                                        TU_WALL_START + 500 * MS),
+                "source");
         finish(w, 1000, true);
 }
 
@@ -348,15 +309,15 @@ static void build_unfinished(const char *path)
 {
         struct trace_writer *w = create(path);
         struct trace_process_desc p = {77, "python job.py", "3.13.0", "shared,free-threaded"};
-        must(w, trace_writer_add_process(w, &p), "process");
+        tu_must(w, trace_writer_add_process(w, &p), "process");
         uint32_t t = thread(w, 77, 77, 5, "MainThread");
         uint32_t job = frame(w, "job", NULL, "job.py", 4, 3, TRACE_FRAME_PYTHON);
         uint32_t s = stack(w, 1, job);
         for (int i = 0; i <= 25; i++)
-                must(w,
-                     trace_writer_add_sample(w, t, FAKE_MONO_START + i * 10 * MS, s,
-                                             ON | TRACE_STATE_NO_GIL | GIL),
-                     "sample");
+                tu_must(w,
+                        trace_writer_add_sample(w, t, TU_MONO_START + i * 10 * MS, s,
+                                                ON | TRACE_STATE_NO_GIL | GIL),
+                        "sample");
         finish(w, 300, false);
 }
 
@@ -365,7 +326,7 @@ static void build_empty(const char *path)
 {
         struct trace_writer *w = create(path);
         struct trace_process_desc p = {9, NULL, NULL, NULL};
-        must(w, trace_writer_add_process(w, &p), "process");
+        tu_must(w, trace_writer_add_process(w, &p), "process");
         thread(w, 9, -1, 0, NULL);
         finish(w, 50, true);
 }
@@ -375,7 +336,7 @@ static void build_big(const char *path)
 {
         struct trace_writer *w = create(path);
         struct trace_process_desc p = {1, "python big.py", "3.12.1", "shared"};
-        must(w, trace_writer_add_process(w, &p), "process");
+        tu_must(w, trace_writer_add_process(w, &p), "process");
         uint32_t threads[4];
         for (int i = 0; i < 4; i++)
                 threads[i] = thread(w, 1, 100 + i, 0, NULL);
@@ -385,16 +346,16 @@ static void build_big(const char *path)
                 char name[32];
                 snprintf(name, sizeof(name), "f%d", i);
                 uint32_t f = frame(w, name, NULL, "big.py", i + 1, i + 1, TRACE_FRAME_PYTHON);
-                must(w, trace_writer_intern_stack(w, parent, f, &stacks[i]), "stack");
+                tu_must(w, trace_writer_intern_stack(w, parent, f, &stacks[i]), "stack");
                 parent = i % 8 == 7 ? TRACE_STACK_EMPTY : stacks[i];
         }
         for (int tick = 0; tick < 20000; tick++)
                 for (int i = 0; i < 4; i++)
-                        must(w,
-                             trace_writer_add_sample(w, threads[i], FAKE_MONO_START + tick * MS,
-                                                     stacks[(tick * 7 + i * 13) % 64],
-                                                     (unsigned)(tick + i) % 4),
-                             "sample");
+                        tu_must(w,
+                                trace_writer_add_sample(w, threads[i], TU_MONO_START + tick * MS,
+                                                        stacks[(tick * 7 + i * 13) % 64],
+                                                        (unsigned)(tick + i) % 4),
+                                "sample");
         finish(w, 20000, true);
 }
 
@@ -405,7 +366,7 @@ static void sql_file(const char *path, const char *sql)
         sqlite3 *db = NULL;
         char *err = NULL;
         if (sqlite3_open(path, &db) != SQLITE_OK || sqlite3_exec(db, sql, NULL, NULL, &err))
-                die("%s: %s", path, err ? err : sqlite3_errmsg(db));
+                tu_die("%s: %s", path, err ? err : sqlite3_errmsg(db));
         sqlite3_close(db);
 }
 
@@ -414,7 +375,7 @@ static void copy_prefix(const char *from, const char *to, size_t n)
         size_t size;
         char *data = read_file(from, &size);
         if (!data)
-                die("cannot read %s", from);
+                tu_die("cannot read %s", from);
         write_file(to, data, n < size ? n : size);
         free(data);
 }
@@ -425,7 +386,7 @@ static void copy_damaged(const char *from, const char *to, size_t at, size_t n)
         size_t size;
         char *data = read_file(from, &size);
         if (!data || at + n > size)
-                die("cannot damage %s at %zu", from, at);
+                tu_die("cannot damage %s at %zu", from, at);
         memset(data + at, 0x5a, n);
         write_file(to, data, size);
         free(data);
@@ -435,7 +396,7 @@ static size_t file_size(const char *path)
 {
         struct stat st;
         if (stat(path, &st) < 0)
-                die("%s: %s", path, strerror(errno));
+                tu_die("%s: %s", path, strerror(errno));
         return (size_t)st.st_size;
 }
 
@@ -468,7 +429,7 @@ static struct run run_report(const char *const *args)
         argv[n] = NULL;
         pid_t pid = fork();
         if (pid < 0)
-                die("fork: %s", strerror(errno));
+                tu_die("fork: %s", strerror(errno));
         if (pid == 0) {
                 int o = open("run.stdout", O_WRONLY | O_CREAT | O_TRUNC, 0644);
                 int e = open("run.stderr", O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -481,13 +442,13 @@ static struct run run_report(const char *const *args)
         int ws;
         while (waitpid(pid, &ws, 0) < 0)
                 if (errno != EINTR)
-                        die("waitpid: %s", strerror(errno));
+                        tu_die("waitpid: %s", strerror(errno));
         struct run r = {0};
         r.status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
         r.out = read_file("run.stdout", &r.out_len);
         r.err = read_file("run.stderr", &r.err_len);
         if (!r.out || !r.err)
-                die("cannot read the output of pyflame-report");
+                tu_die("cannot read the output of pyflame-report");
         unlink("run.stdout");
         unlink("run.stderr");
         return r;
@@ -902,7 +863,7 @@ static void make_inputs(void)
         utimensat(AT_FDCWD, "app/main.py", old, 0);
         utimensat(AT_FDCWD, "app/work.py", old, 0);
         if (mkfifo("app/fifo.py", 0644) < 0)
-                die("mkfifo: %s", strerror(errno));
+                tu_die("mkfifo: %s", strerror(errno));
 
         build_basic("basic.db");
         build_unfinished("unfinished.db");
@@ -943,7 +904,7 @@ int main(int argc, char **argv)
         }
         static char bin[PATH_MAX], gdir[PATH_MAX];
         if (!realpath(argv[1], bin) || !realpath(argv[2], gdir))
-                die("%s or %s: %s", argv[1], argv[2], strerror(errno));
+                tu_die("%s or %s: %s", argv[1], argv[2], strerror(errno));
         report_bin = bin;
         golden_dir = gdir;
         const char *u = getenv("PYFLAME_UPDATE_GOLDEN");
@@ -951,7 +912,7 @@ int main(int argc, char **argv)
 
         nftw(argv[3], remove_entry, 16, FTW_DEPTH | FTW_PHYS);
         if (mkdir(argv[3], 0755) < 0 || chdir(argv[3]) < 0)
-                die("%s: %s", argv[3], strerror(errno));
+                tu_die("%s: %s", argv[3], strerror(errno));
         make_inputs();
 
         views_and_formats();

@@ -1,7 +1,12 @@
 /*
- * testutil.h - helpers shared by the libtrace unit tests: scratch
- * directories, file surgery (copy, truncate, raw SQL on a trace) and a
- * small reference trace whose every sample the tests know.
+ * testutil.h - the test utility library (tests/common), one static library
+ * whose parts a test program pulls in only by using them:
+ * - testutil.c, for the libtrace unit tests (cmocka, libtrace's internals):
+ *   scratch directories, file surgery (copy, truncate, raw SQL on a trace)
+ *   and a small reference trace whose every sample the tests know;
+ * - fakeclock.c (its own library, fakeclock_dep): a fake clock, so that
+ *   traces are the same bytes every run;
+ * - die.c: how a program that is not a cmocka test fails.
  */
 #ifndef PYFLAME_TESTUTIL_H
 #define PYFLAME_TESTUTIL_H
@@ -55,5 +60,21 @@ uint32_t tu_thread_index(int i); /* 0..2 */
  * flushed after `flushed` samples, then fed the rest, then freed unfinalized.
  */
 void tu_write_reference(const char *path, struct tu_reference *ref, bool finalize, int flushed);
+
+/*
+ * The fake clock (fakeclock.c): linking it replaces clock_gettime() for the
+ * whole program, libpyflametrace.so included. CLOCK_MONOTONIC reads
+ * tu_fake_mono_ns (starting at TU_MONO_START; tests move it forward) and
+ * CLOCK_REALTIME TU_WALL_START plus as much, plus tu_fake_wall_offset.
+ */
+#define TU_MONO_START 1000000000000LL       /* 1000 s after boot */
+#define TU_WALL_START 1780000000000000000LL /* 2026-05-28 */
+extern int64_t tu_fake_mono_ns;
+extern int64_t tu_fake_wall_offset;
+
+/* Failing (die.c): "PROGRAM: message" on stderr, exit 1. */
+void tu_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+/* tu_die() naming `what` and the writer's message (w may be NULL) when rc < 0. */
+void tu_must(struct trace_writer *w, int rc, const char *what);
 
 #endif
