@@ -383,7 +383,9 @@ struct recording {
         struct sources *sources; /* NULL with --no-source */
         struct sampler *samplers[MAX_PIDS];
         size_t n_samplers;
-        pid_t child; /* spawn mode */
+        char output_buf[PATH_MAX]; /* the default output's name */
+        bool created;              /* the trace file exists, made by us */
+        pid_t child;               /* spawn mode */
         bool child_reaped;
         int child_status;
         uint64_t late;
@@ -811,6 +813,248 @@ static int run_dump(struct options *o)
         return status;
 }
 
+/* Spawn mode: start the program. Returns EXIT_OK or the exit status for a failure. */
+static int start_program(struct recording *r)
+{
+        struct options *o = r->o;
+        int exec_errno = 0;
+        r->child = spawn(o->command, &exec_errno);
+        if (r->child < 0) {
+                fprintf(stderr, "%s: cannot start %s: %s\n", prog, o->command[0], strerror(errno));
+                r->child = 0;
+                return EXIT_EXEC_FAILED;
+        }
+        if (exec_errno) {
+                waitpid(r->child, NULL, 0);
+                r->child = 0;
+                fprintf(stderr, "%s: cannot run '%s': %s\n", prog, o->command[0],
+                        strerror(exec_errno));
+                return EXIT_EXEC_FAILED;
+        }
+        o->pids[0] = r->child;
+        o->n_pids = 1;
+        return EXIT_OK;
+}
+
+/*
+ * The thread running Python is read in its own context where the kernel
+ * lets us (capture.h); elsewhere from outside. Says why when it cannot.
+ */
+static void open_capture(struct recording *r)
+{
+        struct options *o = r->o;
+        char err[512] = "";
+        if (o->blocking)
+                snprintf(r->capture_off, sizeof(r->capture_off), "off: --blocking");
+        else if (o->no_bpf)
+                snprintf(r->capture_off, sizeof(r->capture_off), "off: --no-bpf");
+        else if (capture_open(&r->capture, err, sizeof(err)) < 0)
+                snprintf(r->capture_off, sizeof(r->capture_off), "off: %s", err);
+        if (!r->capture && !o->blocking && !o->no_bpf && !o->quiet)
+                fprintf(stderr,
+                        "%s: note: running threads are read from outside, and the shares "
+                        "of code whose stack changes fast can be off: %s\n",
+                        prog, err);
+}
+
+/* Find every interpreter before creating the file: errors come first. */
+static int open_samplers(struct recording *r)
+{
+        struct options *o = r->o;
+        char err[512];
+        for (size_t i = 0; i < o->n_pids; i++) {
+                /* A program we started may take a while to map and start Python. */
+                int64_t wait =
+                    r->child ? (o->subprocesses ? 1000000000LL : 30000000000LL) : 2000000000LL;
+                int rc = open_sampler(r, o->pids[i], wait, &r->samplers[r->n_samplers], err,
+                                      sizeof(err));
+                if (rc < 0 && o->subprocesses &&
+                    (rc == PYFIND_NOT_PYTHON || rc == PYFIND_NOT_READY))
+                        continue; /* not Python itself: its children may be */
+                if (rc < 0) {
+                        fprintf(stderr, "%s: %s\n", prog, err);
+                        return exit_for_pyfind(rc);
+                }
+                r->n_samplers++;
+        }
+        return EXIT_OK;
+}
+
+/* Create the trace and the sink behind it, and give the samplers to it. */
+static int create_trace(struct recording *r)
+{
+        struct options *o = r->o;
+        char err[512];
+        int rc = trace_writer_create(o->output, o->force ? TRACE_CREATE_FORCE : 0, &r->w);
+        if (rc < 0) {
+                fprintf(stderr, "%s: %s\n", prog,
+                        r->w ? trace_writer_errmsg(r->w) : "out of memory");
+                return EXIT_OUTPUT;
+        }
+        r->created = true;
+        if (!(r->k = tsink_new(r->w))) {
+                fprintf(stderr, "%s: out of memory\n", prog);
+                return EXIT_INTERNAL;
+        }
+        for (size_t i = 0; i < r->n_samplers; i++) {
+                if (sampler_set_sink(r->samplers[i], r->k, err, sizeof(err)) < 0) {
+                        fprintf(stderr, "%s: writing %s: %s\n", prog, o->output, err);
+                        return EXIT_OUTPUT;
+                }
+        }
+        return EXIT_OK;
+}
+
+/* Everything before the first sample. Returns EXIT_OK or why not. */
+static int prepare(struct recording *r)
+{
+        struct options *o = r->o;
+        if (o->output && !o->force && access(o->output, F_OK) == 0) {
+                fprintf(stderr, "%s: %s exists; use --force to replace it\n", prog, o->output);
+                return EXIT_OUTPUT;
+        }
+        int status = o->command ? start_program(r) : EXIT_OK;
+        if (status != EXIT_OK)
+                return status;
+        if (!o->output) {
+                default_output(r->output_buf, sizeof(r->output_buf), o->pids[0]);
+                o->output = r->output_buf;
+        }
+        /*
+         * Two descriptors per sampled thread (its /proc stat file and its
+         * context-switch ring): take the whole hard limit on open files,
+         * after the program (spawn mode) was started with the usual one.
+         */
+        struct rlimit nofile;
+        if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+                nofile.rlim_cur = nofile.rlim_max;
+                setrlimit(RLIMIT_NOFILE, &nofile);
+        }
+        open_capture(r);
+        status = open_samplers(r);
+        return status == EXIT_OK ? create_trace(r) : status;
+}
+
+/* Nothing was recorded: leave no file behind, and no program running. */
+static int abandon(struct recording *r, int status)
+{
+        while (r->n_samplers)
+                sampler_close(r->samplers[--r->n_samplers]);
+        if (r->created)
+                unlink(r->o->output);
+        tsink_free(r->k);
+        trace_writer_free(r->w);
+        capture_close(r->capture);
+        if (r->child) {
+                kill(r->child, SIGTERM);
+                waitpid(r->child, NULL, 0);
+        }
+        return status;
+}
+
+/* Source files, the meta known at the start, the committing thread, then sampling. */
+static int record(struct recording *r)
+{
+        struct options *o = r->o;
+        char err[512];
+        if (!o->no_source && o->max_source_bytes) {
+                struct sources_limits lim = {SOURCES_MAX_FILE_DEFAULT, o->max_source_bytes};
+                if (sources_new(r->w, &lim, &r->sources, err, sizeof(err)) < 0 && !o->quiet)
+                        fprintf(stderr, "%s: note: %s\n", prog, err);
+                for (size_t i = 0; i < r->n_samplers; i++)
+                        watch_sources(r, r->samplers[i]);
+        }
+        if (set_meta(r) < 0) {
+                fprintf(stderr, "%s: writing %s: %s\n", prog, o->output, trace_writer_errmsg(r->w));
+                return EXIT_OUTPUT;
+        }
+        if (!o->quiet && !r->child)
+                fprintf(stderr, "%s: recording %zu process%s at %g Hz into %s%s\n", prog,
+                        r->n_samplers, r->n_samplers == 1 ? "" : "es", o->rate_hz, o->output,
+                        r->tty ? " (Ctrl-C to stop)" : "");
+        int rc = tsink_start(r->k, r->sources, 1000000000);
+        if (rc < 0) {
+                fprintf(stderr, "%s: cannot start the writing thread: %s\n", prog, strerror(-rc));
+                return EXIT_INTERNAL;
+        }
+        return record_loop(r);
+}
+
+/* Stop the committing thread, write the end-of-recording meta and finalize. */
+static int finish_trace(struct recording *r, int status)
+{
+        struct options *o = r->o;
+        /* From here on the writer is this thread's alone. */
+        if (tsink_stop(r->k) < 0 && status == EXIT_OK) {
+                fprintf(stderr, "%s: writing %s: %s\n", prog, o->output, tsink_errmsg(r->k));
+                status = EXIT_OUTPUT;
+        }
+        int64_t end = pf_now_mono_ns();
+        while (r->n_samplers)
+                remove_sampler(r, r->n_samplers - 1, end);
+        struct trace_writer *w = r->w;
+        /* What sampling cost us, for `pyflame-report info` and the benchmarks. */
+        trace_writer_set_meta_int(w, "recorder_cpu_ns", r->loop_cpu_ns);
+        trace_writer_set_meta_int(w, "sampling_ns", r->sampling_ns);
+        trace_writer_set_meta_int(w, "missed_deadlines", (int64_t)r->late);
+        trace_writer_set_meta_int(w, "memory_reads", (int64_t)r->closed.reads);
+        trace_writer_set_meta_int(w, "proc_state_reads", (int64_t)r->closed.proc_state_reads);
+        trace_writer_set_meta(w, "switch_events", o->no_switch_events ? "off" : "on");
+        trace_writer_set_meta(w, "sampling_priority", r->priority);
+        /* How consistent the stacks are: in-context reads, retries, what stayed torn. */
+        trace_writer_set_meta(w, "capture", r->capture ? "on" : r->capture_off);
+        trace_writer_set_meta_int(w, "captured_samples", (int64_t)r->closed.captured);
+        trace_writer_set_meta_int(w, "captures", (int64_t)r->closed.captures);
+        trace_writer_set_meta_int(w, "captures_not_running", (int64_t)r->closed.capture_idle);
+        trace_writer_set_meta_int(w, "captures_failed", (int64_t)r->closed.capture_failed);
+        trace_writer_set_meta_int(w, "torn_retries", (int64_t)r->closed.retries);
+        trace_writer_set_meta_int(w, "torn_recovered", (int64_t)r->closed.recovered);
+        if (r->sources) {
+                /* Whatever is still queued: the processes may be gone, their roots are not. */
+                sources_pump(r->sources, -1);
+                struct sources_stats ss;
+                sources_get_stats(r->sources, &ss);
+                trace_writer_set_meta_int(w, TRACE_META_SOURCE_FILES, (int64_t)ss.files);
+                trace_writer_set_meta_int(w, TRACE_META_SOURCE_BYTES, (int64_t)ss.bytes);
+                trace_writer_set_meta_int(w, TRACE_META_SOURCE_SKIPPED, (int64_t)ss.skipped);
+        }
+        if (trace_writer_finalize(w) < 0) {
+                fprintf(stderr, "%s: finishing %s: %s\n", prog, o->output, trace_writer_errmsg(w));
+                if (status == EXIT_OK)
+                        status = EXIT_OUTPUT;
+        } else if (!o->quiet && status == EXIT_OK) {
+                fprintf(stderr, "%s: wrote %s; see it with: pyflame-report %s\n", prog, o->output,
+                        o->output);
+        }
+        return status;
+}
+
+/*
+ * Spawn mode: the program's exit status is ours; wait for it whatever
+ * happened. A recording that failed (a full disk, the trace's directory
+ * gone) is no reason to harm the program: it goes on, unrecorded, to its
+ * end (Ctrl-C reaches it as before).
+ */
+static int wait_program(struct recording *r, int status)
+{
+        if (!r->child)
+                return status;
+        if (!r->child_reaped) {
+                if (status != EXIT_OK && !r->o->quiet)
+                        fprintf(stderr,
+                                "%s: the program goes on, no longer recorded; waiting "
+                                "for it to exit\n",
+                                prog);
+                while (waitpid(r->child, &r->child_status, 0) < 0 && errno == EINTR)
+                        if (forward_signal) {
+                                kill(r->child, forward_signal);
+                                forward_signal = 0;
+                        }
+                r->child_reaped = true;
+        }
+        return status == EXIT_OK ? wait_status_to_exit(r->child_status) : status;
+}
+
 int main(int argc, char **argv)
 {
         struct options o;
@@ -824,200 +1068,14 @@ int main(int argc, char **argv)
                 return run_dump(&o);
 
         struct recording r = {.o = &o, .tty = isatty(STDERR_FILENO) && !o.quiet};
-        char outbuf[PATH_MAX], err[512];
-
-        if (o.output && !o.force && access(o.output, F_OK) == 0) {
-                fprintf(stderr, "%s: %s exists; use --force to replace it\n", prog, o.output);
-                return EXIT_OUTPUT;
-        }
-        if (o.command) {
-                int exec_errno = 0;
-                r.child = spawn(o.command, &exec_errno);
-                if (r.child < 0) {
-                        fprintf(stderr, "%s: cannot start %s: %s\n", prog, o.command[0],
-                                strerror(errno));
-                        return EXIT_EXEC_FAILED;
-                }
-                if (exec_errno) {
-                        waitpid(r.child, NULL, 0);
-                        fprintf(stderr, "%s: cannot run '%s': %s\n", prog, o.command[0],
-                                strerror(exec_errno));
-                        return EXIT_EXEC_FAILED;
-                }
-                o.pids[0] = r.child;
-                o.n_pids = 1;
-        }
-        if (!o.output) {
-                default_output(outbuf, sizeof(outbuf), o.pids[0]);
-                o.output = outbuf;
-        }
-
-        /*
-         * Two descriptors per sampled thread (its /proc stat file and its
-         * context-switch ring): take the whole hard limit on open files,
-         * after the program (spawn mode) was started with the usual one.
-         */
-        struct rlimit nofile;
-        if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
-                nofile.rlim_cur = nofile.rlim_max;
-                setrlimit(RLIMIT_NOFILE, &nofile);
-        }
-        /*
-         * The thread running Python is read in its own context where the
-         * kernel lets us (capture.h); elsewhere from outside, as before.
-         */
-        if (o.blocking)
-                snprintf(r.capture_off, sizeof(r.capture_off), "off: --blocking");
-        else if (o.no_bpf)
-                snprintf(r.capture_off, sizeof(r.capture_off), "off: --no-bpf");
-        else if (capture_open(&r.capture, err, sizeof(err)) < 0)
-                snprintf(r.capture_off, sizeof(r.capture_off), "off: %s", err);
-        if (!r.capture && !o.blocking && !o.no_bpf && !o.quiet)
-                fprintf(stderr,
-                        "%s: note: running threads are read from outside, and the shares "
-                        "of code whose stack changes fast can be off: %s\n",
-                        prog, err);
-        /* Find every interpreter before creating the file: errors come first. */
-        int rc, status = EXIT_OK;
-        for (size_t i = 0; i < o.n_pids; i++) {
-                /* A program we started may take a while to map and start Python. */
-                int64_t wait =
-                    r.child ? (o.subprocesses ? 1000000000LL : 30000000000LL) : 2000000000LL;
-                rc = open_sampler(&r, o.pids[i], wait, &r.samplers[r.n_samplers], err, sizeof(err));
-                if (rc < 0 && o.subprocesses && (rc == PYFIND_NOT_PYTHON || rc == PYFIND_NOT_READY))
-                        continue; /* not Python itself: its children may be */
-                if (rc < 0) {
-                        fprintf(stderr, "%s: %s\n", prog, err);
-                        status = exit_for_pyfind(rc);
-                        break;
-                }
-                r.n_samplers++;
-        }
-        if (status == EXIT_OK) {
-                rc = trace_writer_create(o.output, o.force ? TRACE_CREATE_FORCE : 0, &r.w);
-                if (rc < 0) {
-                        fprintf(stderr, "%s: %s\n", prog,
-                                r.w ? trace_writer_errmsg(r.w) : "out of memory");
-                        status = EXIT_OUTPUT;
-                } else if (!(r.k = tsink_new(r.w))) {
-                        fprintf(stderr, "%s: out of memory\n", prog);
-                        status = EXIT_INTERNAL;
-                }
-        }
-        for (size_t i = 0; i < r.n_samplers && status == EXIT_OK; i++) {
-                if (sampler_set_sink(r.samplers[i], r.k, err, sizeof(err)) < 0) {
-                        fprintf(stderr, "%s: writing %s: %s\n", prog, o.output, err);
-                        status = EXIT_OUTPUT;
-                }
-        }
-        if (status != EXIT_OK) {
-                /* Nothing was recorded: leave no file behind, and no program running. */
-                while (r.n_samplers)
-                        sampler_close(r.samplers[--r.n_samplers]);
-                if (r.w && rc == 0)
-                        unlink(o.output);
-                tsink_free(r.k);
-                trace_writer_free(r.w);
-                capture_close(r.capture);
-                if (r.child) {
-                        kill(r.child, SIGTERM);
-                        waitpid(r.child, NULL, 0);
-                }
-                return status;
-        }
-        if (status == EXIT_OK && !o.no_source && o.max_source_bytes) {
-                struct sources_limits lim = {SOURCES_MAX_FILE_DEFAULT, o.max_source_bytes};
-                if (sources_new(r.w, &lim, &r.sources, err, sizeof(err)) < 0 && !o.quiet)
-                        fprintf(stderr, "%s: note: %s\n", prog, err);
-                for (size_t i = 0; i < r.n_samplers; i++)
-                        watch_sources(&r, r.samplers[i]);
-        }
-        if (status == EXIT_OK && set_meta(&r) < 0) {
-                fprintf(stderr, "%s: writing %s: %s\n", prog, o.output, trace_writer_errmsg(r.w));
-                status = EXIT_OUTPUT;
-        }
-        if (status == EXIT_OK) {
-                if (!o.quiet && !r.child)
-                        fprintf(stderr, "%s: recording %zu process%s at %g Hz into %s%s\n", prog,
-                                r.n_samplers, r.n_samplers == 1 ? "" : "es", o.rate_hz, o.output,
-                                r.tty ? " (Ctrl-C to stop)" : "");
-                rc = tsink_start(r.k, r.sources, 1000000000);
-                if (rc < 0) {
-                        fprintf(stderr, "%s: cannot start the writing thread: %s\n", prog,
-                                strerror(-rc));
-                        status = EXIT_INTERNAL;
-                } else {
-                        status = record_loop(&r);
-                }
-        }
-        /* From here on the writer is this thread's alone. */
-        if (tsink_stop(r.k) < 0 && status == EXIT_OK) {
-                fprintf(stderr, "%s: writing %s: %s\n", prog, o.output, tsink_errmsg(r.k));
-                status = EXIT_OUTPUT;
-        }
-        int64_t end = pf_now_mono_ns();
-        while (r.n_samplers)
-                remove_sampler(&r, r.n_samplers - 1, end);
-        /* What sampling cost us, for `pyflame-report info` and the benchmarks. */
-        trace_writer_set_meta_int(r.w, "recorder_cpu_ns", r.loop_cpu_ns);
-        trace_writer_set_meta_int(r.w, "sampling_ns", r.sampling_ns);
-        trace_writer_set_meta_int(r.w, "missed_deadlines", (int64_t)r.late);
-        trace_writer_set_meta_int(r.w, "memory_reads", (int64_t)r.closed.reads);
-        trace_writer_set_meta_int(r.w, "proc_state_reads", (int64_t)r.closed.proc_state_reads);
-        trace_writer_set_meta(r.w, "switch_events", o.no_switch_events ? "off" : "on");
-        trace_writer_set_meta(r.w, "sampling_priority", r.priority);
-        /* How consistent the stacks are: in-context reads, retries, what stayed torn. */
-        trace_writer_set_meta(r.w, "capture", r.capture ? "on" : r.capture_off);
-        trace_writer_set_meta_int(r.w, "captured_samples", (int64_t)r.closed.captured);
-        trace_writer_set_meta_int(r.w, "captures", (int64_t)r.closed.captures);
-        trace_writer_set_meta_int(r.w, "captures_not_running", (int64_t)r.closed.capture_idle);
-        trace_writer_set_meta_int(r.w, "captures_failed", (int64_t)r.closed.capture_failed);
-        trace_writer_set_meta_int(r.w, "torn_retries", (int64_t)r.closed.retries);
-        trace_writer_set_meta_int(r.w, "torn_recovered", (int64_t)r.closed.recovered);
-        if (r.sources) {
-                /* Whatever is still queued: the processes may be gone, their roots are not. */
-                sources_pump(r.sources, -1);
-                struct sources_stats ss;
-                sources_get_stats(r.sources, &ss);
-                trace_writer_set_meta_int(r.w, TRACE_META_SOURCE_FILES, (int64_t)ss.files);
-                trace_writer_set_meta_int(r.w, TRACE_META_SOURCE_BYTES, (int64_t)ss.bytes);
-                trace_writer_set_meta_int(r.w, TRACE_META_SOURCE_SKIPPED, (int64_t)ss.skipped);
-        }
-        if (trace_writer_finalize(r.w) < 0) {
-                fprintf(stderr, "%s: finishing %s: %s\n", prog, o.output, trace_writer_errmsg(r.w));
-                if (status == EXIT_OK)
-                        status = EXIT_OUTPUT;
-        } else if (!o.quiet && status == EXIT_OK) {
-                fprintf(stderr, "%s: wrote %s; see it with: pyflame-report %s\n", prog, o.output,
-                        o.output);
-        }
+        int status = prepare(&r);
+        if (status != EXIT_OK)
+                return abandon(&r, status);
+        status = finish_trace(&r, record(&r));
         tsink_free(r.k);
         trace_writer_free(r.w);
         sources_free(r.sources);
         capture_close(r.capture);
         free(r.candidates);
-        if (r.child) {
-                /*
-                 * The program's exit status is ours; wait for it whatever
-                 * happened. A recording that failed (a full disk, the trace's
-                 * directory gone) is no reason to harm the program: it goes
-                 * on, unrecorded, to its end (Ctrl-C reaches it as before).
-                 */
-                if (!r.child_reaped) {
-                        if (status != EXIT_OK && !o.quiet)
-                                fprintf(stderr,
-                                        "%s: the program goes on, no longer recorded; waiting "
-                                        "for it to exit\n",
-                                        prog);
-                        while (waitpid(r.child, &r.child_status, 0) < 0 && errno == EINTR)
-                                if (forward_signal) {
-                                        kill(r.child, forward_signal);
-                                        forward_signal = 0;
-                                }
-                        r.child_reaped = true;
-                }
-                if (status == EXIT_OK)
-                        status = wait_status_to_exit(r.child_status);
-        }
-        return status;
+        return wait_program(&r, status);
 }
