@@ -19,11 +19,10 @@ and 1 kHz, several times each, and measured with pyflame-report:
   oncpu          a thread busy 40% and asleep 60% in random lengths: the share
                  of its samples on CPU and, with --idle, the share in the
                  sleeping function
-  gil            three threads contending for the GIL: the share of each
-                 thread's samples holding the GIL (truth: its share of the
-                 three threads' time on a CPU, from the kernel; a thread that
-                 only runs Python runs only while it holds the GIL, and one of
-                 them holds it at nearly every instant)
+  gil            three threads contending for the GIL: of the samples in which
+                 one of them holds the GIL, each one's share (truth: its
+                 share of the three threads' CPU time; a thread that only
+                 runs Python runs only while it holds the GIL)
 
 For each case, rate and mode it prints the mean true share, the mean measured
 share, the bias (mean of measured - true over runs and interpreters, with its
@@ -131,13 +130,11 @@ def measure(report, db, case, truth):
         idle = counts(every["rows"], "self", ["idle_sleep"])["idle_sleep"]
         return [("on-cpu", truth["on_cpu"], on["samples"] / n, n),
                 ("idle_sleep", truth["idle_sleep"], idle / n, n)]
-    res = []
-    for name in sorted(truth):
-        every = report_json(report, db, "--idle", "--thread", name)["samples"]
-        held = report_json(report, db, "--idle", "--gil", "--thread", name)["samples"]
-        if every:
-            res.append((name, truth[name], held / every, every))
-    return res
+    # gil: of the samples in which one of them holds the GIL, each one's share.
+    held = dict((name, report_json(report, db, "--idle", "--gil", "--thread", name)["samples"])
+                for name in truth)
+    n = sum(held.values())
+    return [(name, truth[name], held[name] / n, n) for name in sorted(truth)] if n else []
 
 
 def binom_tail(k, n, p):
@@ -231,11 +228,11 @@ def main():
     worst = 0.0
     keys = []
     for r in results:
-        k = (r["case"], r["metric"] if r["case"] != "gil" else "gil-*", r["rate"], r["mode"])
+        k = (r["case"], r["metric"], r["rate"], r["mode"])
         if k not in keys:
             keys.append(k)
     for k in keys:
-        rs = [r for r in results if (r["case"], r["metric"] if r["case"] != "gil" else "gil-*",
+        rs = [r for r in results if (r["case"], r["metric"],
                                      r["rate"], r["mode"]) == k]
         biases = [100 * (r["measured"] - r["truth"]) for r in rs]
         mean = sum(biases) / len(biases)
