@@ -1536,6 +1536,10 @@ static int open_database(struct trace_writer *w, const char *path)
                 return fail_sqlite(w, src, "cannot configure the new trace");
         char *err = NULL;
         src = sqlite3_exec(w->db, trace_schema_sql, NULL, NULL, &err);
+        if (src != SQLITE_OK && (src & 0xff) == SQLITE_CANTOPEN) {
+                sqlite3_free(err);
+                return fail_sqlite(w, src, "cannot create the trace tables");
+        }
         if (src != SQLITE_OK) {
                 int rc =
                     fail(w,

@@ -30,6 +30,7 @@ import random
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -339,6 +340,18 @@ def test_process_tree(r, label, py, mode):
             "%d %s" % (p.returncode, p.stderr[-300:]))
 
 
+def committed_chunks(path):
+    """How many chunks of samples a trace being written has committed (0 if unreadable)."""
+    try:
+        con = sqlite3.connect("file:%s?mode=ro" % path, uri=True, timeout=0.1)
+        try:
+            return con.execute("SELECT count(*) FROM sample_chunks").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0
+
+
 def test_symlinks(r, label, py, mode):
     """The recorder runs as root and may write where another user can plant symbolic
     links: a link at the trace's path or at its journal's must never be followed."""
@@ -363,8 +376,10 @@ def test_symlinks(r, label, py, mode):
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            universal_newlines=True)
     deadline = time.time() + 10
-    while not os.path.exists(out) and time.time() < deadline:
-        time.sleep(0.01)
+    # Plant once samples are committed: a link planted while the trace is being
+    # created makes the recording fail to start (nothing recorded, program stopped).
+    while not committed_chunks(out) and time.time() < deadline and rec.poll() is None:
+        time.sleep(0.05)
     planted = False
     while not planted and time.time() < deadline and rec.poll() is None:
         try:
