@@ -44,8 +44,7 @@ void schedule_init(struct schedule *s, int64_t start_ns, int64_t period_ns, uint
 
 uint64_t schedule_catch_up(struct schedule *s, int64_t now_ns)
 {
-        int64_t end = s->start_ns + (int64_t)(s->slot + 1) * s->period_ns;
-        if (now_ns < end)
+        if (now_ns - s->due_ns < s->period_ns)
                 return 0;
         uint64_t now_slot = (uint64_t)((now_ns - s->start_ns) / s->period_ns);
         uint64_t missed = now_slot - s->slot;
