@@ -3,14 +3,16 @@
 
 Side by side in one run, on a CPU-bound workload (bench/workloads/deep.py)
 with a ~30-deep and a ~100-deep Python stack:
-  1. the recorder's own CPU time per sample (us), non-blocking and blocking,
+  1. the recorder's own CPU time per sample (us), in each mode (--modes:
+     nonblocking, the default; no-bpf, read from outside; blocking),
      as pyflame-record measures it around its sampling loop (meta
      recorder_cpu_ns / samples), and memory reads per sample;
   2. the workload's slowdown against an unprofiled run, at 100 Hz and 1 kHz,
-     both modes: by runs of fixed work (interleaved, medians), and by
+     each mode: by runs of fixed work (interleaved, medians), and by
      alternation (one workload, the recorder attached and detached in turn:
      the finer measure on a noisy machine);
-  3. the highest rate sustained for 10 s with no missed deadline.
+  3. the highest rate sustained for 10 s with no missed deadline
+     (non-blocking modes).
 The workload runs on CPU 0 and the recorder's sampling thread on CPU 1
 (taskset), so the two do not share a core; the recorder's committing thread
 (SQLite) is moved to CPU 0, as the scheduler would place it on a machine
@@ -77,9 +79,14 @@ def place_writer(rec_pid, cpu):
         time.sleep(0.002)
 
 
-def record(args, pid, rate, secs, blocking, db):
+# The recorder's modes compared: the default (a running thread read in its
+# own context, capture.h), the same read from outside, and --blocking.
+MODE_FLAGS = {"nonblocking": [], "no-bpf": ["--no-bpf"], "blocking": ["--blocking"]}
+
+
+def record(args, pid, rate, secs, mode, db):
     cmd = pin(1) + [args.record, "-q", "-f", "-o", db, "-p", str(pid), "-r", str(rate),
-                    "-d", str(secs)] + (["--blocking"] if blocking else [])
+                    "-d", str(secs)] + MODE_FLAGS[mode]
     p = subprocess.Popen(cmd)
     place_writer(p.pid, 0)
     if p.wait() != 0:
@@ -118,12 +125,12 @@ def cpu_per_sample(args, py, tmp):
     for depth in (30, 100):
         w = start_workload(py, depth)
         try:
-            for blocking in (False, True):
+            for mode in args.modes:
                 for rate in (1000, BACK_TO_BACK_HZ):
                     runs = []
                     for _ in range(args.cpu_repeat):
                         db = os.path.join(tmp, "cpu.db")
-                        inf = record(args, w.pid, rate, args.secs, blocking, db)
+                        inf = record(args, w.pid, rate, args.secs, mode, db)
                         samples = inf["samples"]
                         cpu = meta_int(inf, "recorder_cpu_ns")
                         work = meta_int(inf, "sampling_ns")
@@ -138,7 +145,6 @@ def cpu_per_sample(args, py, tmp):
                     us = statistics.median(r[1] for r in runs)
                     rps = statistics.median(r[2] for r in runs)
                     n = int(statistics.median(r[3] for r in runs))
-                    mode = "blocking" if blocking else "nonblocking"
                     label = "max" if rate == BACK_TO_BACK_HZ else "%dk" % (rate // 1000)
                     print("%-6d %-12s %6s %8d %10.2f %10.2f %10.2f" % (depth, mode, label, n, wus,
                                                                      us, rps))
@@ -153,9 +159,9 @@ def timed_run(py, depth, iters, profile=None):
     """Seconds the fixed work takes, optionally under the recorder."""
     cmd = pin(0) + [py, DEEP, str(depth), "-N", str(iters)]
     if profile:
-        rec, rate, blocking, db = profile
-        cmd = pin(1) + [rec, "-q", "-f", "-o", db, "-r", str(rate)] + \
-            (["--blocking"] if blocking else []) + ["--"] + cmd
+        rec, rate, mode, db = profile
+        cmd = pin(1) + [rec, "-q", "-f", "-o", db, "-r", str(rate)] + MODE_FLAGS[mode] + \
+            ["--"] + cmd
     out = subprocess.run(cmd, stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout
     return float(out.split()[-1])
 
@@ -165,9 +171,9 @@ def slowdown(args, py, tmp):
           % (py, args.repeat))
     configs = [("unprofiled", None)]
     for rate in (100, 1000):
-        for blocking in (False, True):
-            configs.append(("%s %d Hz" % ("blocking" if blocking else "nonblocking", rate),
-                            (args.record, rate, blocking, os.path.join(tmp, "slow.db"))))
+        for mode in args.modes:
+            configs.append(("%s %d Hz" % (mode, rate),
+                            (args.record, rate, mode, os.path.join(tmp, "slow.db"))))
     # Calibrate the work to about args.work seconds.
     iters = 200
     t = timed_run(py, 30, iters)
@@ -200,8 +206,7 @@ def onoff(args, py, tmp):
     print("median over cycles, with the interquartile range; the recorder wholly on CPU 1")
     import threading
     # rate 0: the sham, `sleep` in place of the recorder: the noise floor of the method.
-    configs = [(0, False)] + [(rate, blocking) for rate in (100, 1000)
-                              for blocking in (False, True)]
+    configs = [(0, None)] + [(rate, mode) for rate in (100, 1000) for mode in args.modes]
     total = len(configs) * args.cycles * (args.on_secs + args.off_secs) + args.off_secs + 5
     w = subprocess.Popen(pin(0) + [py, DEEP, "30", "-T", str(total)], stdout=subprocess.PIPE,
                          universal_newlines=True)
@@ -228,14 +233,13 @@ def onoff(args, py, tmp):
     print("%-22s %10s %12s" % ("config", "slowdown", "IQR"))
     db = os.path.join(tmp, "onoff.db")
     try:
-        for rate_hz, blocking in configs:
+        for rate_hz, mode in configs:
             ratios = []
             for _ in range(args.cycles):
                 before0 = time.monotonic() - args.off_secs + 0.2
                 before1 = time.monotonic()
                 cmd = pin(1) + [args.record, "-q", "-f", "-o", db, "-p", str(w.pid), "-r",
-                                str(rate_hz), "-d", str(args.on_secs)] + \
-                    (["--blocking"] if blocking else [])
+                                str(rate_hz), "-d", str(args.on_secs)] + MODE_FLAGS.get(mode, [])
                 if not rate_hz:
                     cmd = pin(1) + ["sleep", str(args.on_secs)]
                 t0 = time.monotonic()
@@ -248,7 +252,7 @@ def onoff(args, py, tmp):
                 if on and off:
                     ratios.append(statistics.mean(off) / on - 1)
             ratios.sort()
-            name = "%s %d Hz" % ("blocking" if blocking else "nonblocking", rate_hz)
+            name = "%s %d Hz" % (mode, rate_hz)
             if not rate_hz:
                 name = "sham (no recorder)"
             if not ratios:
@@ -276,16 +280,14 @@ def stalls(args, secs, tolerance_ns):
     return None
 
 
-def max_rate(args, py, tmp):
+def max_rate(args, py, tmp, mode):
     print("\n## Highest rate sustained for %gs with no missed deadline, depth 30, "
-          "nonblocking (%s)" % (args.rate_secs, py))
-    print("missed: sampling slots the recorder could not sample in (a sample is due within "
-          "its period;")
-    print("its time is jittered by a quarter period, so it is missed when late by 3/4 period "
-          "or more)")
+          "%s (%s)" % (args.rate_secs, mode, py))
+    print("missed: sampling slots the recorder gave up (each period's sample is due at a random")
+    print("instant of it, taken at once when late, and given up when a whole period late)")
     print("stalls: for the same time just before, how often a thread that only spins on the "
           "clock")
-    print("on the recorder's CPU lost that CPU for longer than 3/4 period (the machine's own "
+    print("on the recorder's CPU lost that CPU for longer than a period (the machine's own "
           "floor)")
     print("%8s %9s %8s %9s %8s" % ("rate Hz", "samples", "missed", "sampled", "stalls"))
     w = start_workload(py, 30)
@@ -293,9 +295,9 @@ def max_rate(args, py, tmp):
     best_floor = 0
     try:
         for rate in args.rates:
-            floor = stalls(args, args.rate_secs, 0.75e9 / rate)
+            floor = stalls(args, args.rate_secs, 1e9 / rate)
             db = os.path.join(tmp, "rate.db")
-            inf = record(args, w.pid, rate, args.rate_secs, False, db)
+            inf = record(args, w.pid, rate, args.rate_secs, mode, db)
             late = meta_int(inf, "missed_deadlines") or 0
             n = inf["samples"]
             print("%8d %9d %8d %8.3f%% %8s" % (rate, n, late, 100.0 * n / max(n + late, 1),
@@ -336,6 +338,10 @@ def main():
                     "--record's build, bench/pyflame-stallcheck)")
     ap.add_argument("--quick", action="store_true", help="shorter runs, for a smoke test")
     ap.add_argument("--skip", default="", help="comma list of: cpu,slowdown,onoff,rate")
+    ap.add_argument("--modes", type=lambda s: s.split(","),
+                    default=["nonblocking", "no-bpf", "blocking"],
+                    help="recorder modes compared: nonblocking (the default: a running thread "
+                    "read in its own context), no-bpf (read from outside), blocking")
     ap.add_argument("--cycles", type=int, default=15, help="attach/detach cycles per config "
                     "of the alternation slowdown")
     ap.add_argument("--on-secs", type=float, default=2.0)
@@ -364,8 +370,9 @@ def main():
             slowdown(args, py, tmp)
         if "onoff" not in skip:
             onoff(args, py, tmp)
-        if "rate" not in skip:
-            max_rate(args, py, tmp)
+        for mode in args.modes:
+            if "rate" not in skip and mode != "blocking":
+                max_rate(args, py, tmp, mode)
     return 0
 
 
