@@ -26,10 +26,9 @@
 #       holds the GIL: its CPU time is its time holding it, and its share of
 #       the three threads' CPU time its share of the holding.
 #
-# --blocking at high rates changes what it measures: holding the threads for
-# ~100 us at each sample takes that time from a phase timed by the clock
-# (oncpu's busy phases), so the share of such a phase comes out lower than the
-# program's clock says (see the README's Accuracy section).
+# --blocking at high rates changes what it measures: it holds the threads for
+# ~100 us at each sample, a tenth of the time at 1 kHz; oncpu's idle share
+# comes out about 1.5 points high there (see the README's Accuracy section).
 from __future__ import division, print_function
 
 import json
