@@ -74,6 +74,25 @@ static struct pysnap_span *snap_find(struct pysnap *s, uint64_t addr, size_t len
 }
 
 /*
+ * A miss: read [addr, addr+len) from the target into a new span at the end
+ * of the snapshot (not yet marked used).
+ */
+static int snap_add(struct pysnap *s, uint64_t addr, size_t len, struct pysnap_span **out)
+{
+        s->misses++;
+        int rc = snap_reserve(s, 1, len);
+        if (rc < 0)
+                return rc;
+        rc = memsrc_read(s->m, addr, s->buf + s->len, len);
+        if (rc < 0)
+                return rc;
+        *out = &s->v[s->n++];
+        **out = (struct pysnap_span){.addr = addr, .len = len, .off = s->len};
+        s->len += len;
+        return 0;
+}
+
+/*
  * [addr, addr+len) from the snapshot or the target (then kept): *out points
  * into the snapshot, valid until the next read that misses it (which may
  * move the buffer).
@@ -82,16 +101,9 @@ int pysnap_fetch_ptr(struct pysnap *s, uint64_t addr, size_t len, const uint8_t 
 {
         struct pysnap_span *p = snap_find(s, addr, len);
         if (!p) {
-                s->misses++;
-                int rc = snap_reserve(s, 1, len);
+                int rc = snap_add(s, addr, len, &p);
                 if (rc < 0)
                         return rc;
-                rc = memsrc_read(s->m, addr, s->buf + s->len, len);
-                if (rc < 0)
-                        return rc;
-                p = &s->v[s->n++];
-                *p = (struct pysnap_span){.addr = addr, .len = len, .off = s->len};
-                s->len += len;
                 s->hint = s->n - 1;
         }
         p->used = true;
@@ -119,18 +131,13 @@ int pysnap_fetch_region(struct pysnap *s, uint64_t addr, size_t len)
                 p->used = true;
                 return 0;
         }
-        s->misses++;
-        int rc = snap_reserve(s, 1, len);
+        int rc = snap_add(s, addr, len, &p);
         if (rc < 0)
                 return rc;
-        rc = memsrc_read(s->m, addr, s->buf + s->len, len);
-        if (rc < 0)
-                return rc;
-        for (size_t i = 0; i < s->n; i++)
+        for (size_t i = 0; i + 1 < s->n; i++)
                 if (s->v[i].addr >= addr && s->v[i].addr - addr + s->v[i].len <= len)
                         s->v[i].used = false;
-        s->v[s->n++] = (struct pysnap_span){.addr = addr, .len = len, .off = s->len, .used = true};
-        s->len += len;
+        p->used = true;
         return 0;
 }
 
