@@ -119,6 +119,15 @@ def main():
               "trace bytes per sample x%.2f" % (
                   first[0], last[0], last[1] / first[1], last[2] / first[2], last[3] / first[3],
                   (last[4] / last[1]) / (first[4] / first[1])))
+    try:
+        # What the recorder had to intern, which is most of its memory.
+        con = sqlite3.connect("file:%s?mode=ro" % db, uri=True, timeout=5)
+        counts = [con.execute("SELECT count(*) FROM %s" % t).fetchone()[0]
+                  for t in ("stacks", "frames", "threads")]
+        con.close()
+        print("in the trace: %d distinct stacks, %d frames, %d threads" % tuple(counts))
+    except sqlite3.Error as e:
+        print("the trace's tables cannot be read: %s" % e)
     print("recorder exit status %d; trace kept in %s" % (rec.returncode, db))
     return rec.returncode
 
