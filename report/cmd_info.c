@@ -104,43 +104,292 @@ static const char *utc_time(int64_t ns, char *buf, size_t size)
         return buf;
 }
 
-static int recordings_text(struct trace_reader *r, struct out *o)
+/*
+ * The lists (processes, threads, recordings) are one table each, written as
+ * text or JSON by table_write(): a column is in both, or in text only (a
+ * composite or a unit for people: seconds, a start time, "?") or in JSON
+ * only (the raw value: nanoseconds, a rate with three decimals). The text
+ * columns and the JSON members keep their own order.
+ */
+struct info_column {
+        struct table_column col;
+        int field;        /* what its cells hold: an enum of the list's own */
+        bool merged_only; /* only for a trace merged from others */
+};
+
+/* The columns of spec that apply to this trace, into cols and fields; returns how many. */
+static size_t pick_columns(const struct info_column *spec, size_t n, bool merged,
+                           struct table_column *cols, int *fields)
 {
-        static const struct table_column columns[] = {
-            {"ID", "id", TABLE_INT, 0},
-            {"HOST", "host", TABLE_TEXT, 0},
-            {"START_UTC", "start", TABLE_TEXT, 0},
-            {"OFFSET_S", "offset_s", TABLE_SECONDS, 0},
-            {"DURATION_S", "duration_s", TABLE_SECONDS, 0},
-            {"SAMPLES", "samples", TABLE_COUNT, 0},
-            {"FILE", "file", TABLE_TEXT, 0},
-        };
-        struct table t = {.cols = columns, .n_cols = 7, .indent = 2};
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+                if (merged || !spec[i].merged_only) {
+                        cols[k] = spec[i].col;
+                        fields[k++] = spec[i].field;
+                }
+        return k;
+}
+
+#define INFO_MAX_COLUMNS 16
+#define N_OF(a)          (sizeof(a) / sizeof((a)[0]))
+#define T                TABLE_TEXT_ONLY
+#define J                TABLE_DATA_ONLY
+
+enum { P_PID, P_REC, P_SOURCE_PID, P_CMDLINE, P_VERSION, P_BUILD, P_EXIT, P_END };
+static const struct info_column process_spec[] = {
+    {{"PID", "pid", TABLE_INT, 0}, P_PID, false},
+    {{"REC", "recording", TABLE_INT, T}, P_REC, true},
+    {{"SOURCE_PID", "source_pid", TABLE_INT, T}, P_SOURCE_PID, true},
+    {{"COMMAND", "cmdline", TABLE_TEXT, J}, P_CMDLINE, false},
+    {{"PYTHON", "python_version", TABLE_TEXT, J}, P_VERSION, false},
+    {{"BUILD", "python_build", TABLE_TEXT, J}, P_BUILD, false},
+    {{"PYTHON", "python_version", TABLE_TEXT, T}, -P_VERSION, false}, /* "?" when unknown */
+    {{"BUILD", "python_build", TABLE_TEXT, T}, -P_BUILD, false},
+    {{"EXIT", "exit_status", TABLE_INT, 0}, P_EXIT, false},
+    {{"END", "end_ns", TABLE_INT, J}, P_END, false},
+    {{"REC", "recording", TABLE_INT, J}, P_REC, true},
+    {{"SOURCE_PID", "source_pid", TABLE_INT, J}, P_SOURCE_PID, true},
+    {{"COMMAND", "cmdline", TABLE_TEXT, T}, P_CMDLINE, false},
+};
+
+static int processes_table(struct trace_reader *r, bool merged, struct table *t,
+                           struct table_column *cols)
+{
+        int fields[INFO_MAX_COLUMNS];
+        *t = (struct table){.cols = cols, .indent = 2};
+        t->n_cols = pick_columns(process_spec, N_OF(process_spec), merged, cols, fields);
+        uint32_t n = trace_reader_process_count(r);
+        for (uint32_t i = 0; i < n; i++) {
+                struct trace_process p;
+                int rc = trace_reader_process_at(r, i, &p);
+                if (rc < 0)
+                        return rc;
+                struct table_cell *c = table_add_row(t);
+                if (!c)
+                        break;
+                uint32_t rec = 0;
+                int32_t source_pid = 0;
+                if (merged)
+                        trace_reader_process_origin(r, i, &rec, &source_pid);
+                for (size_t k = 0; k < t->n_cols; k++) {
+                        switch (fields[k]) {
+                        case P_PID:
+                                c[k].num = p.pid;
+                                break;
+                        case P_REC:
+                                c[k].num = rec;
+                                break;
+                        case P_SOURCE_PID:
+                                c[k].num = source_pid;
+                                break;
+                        case P_CMDLINE:
+                                c[k].text = p.cmdline;
+                                c[k].null = !p.cmdline;
+                                break;
+                        case P_VERSION:
+                                c[k].text = p.python_version;
+                                c[k].null = !p.python_version;
+                                break;
+                        case P_BUILD:
+                                c[k].text = p.python_build;
+                                c[k].null = !p.python_build;
+                                break;
+                        case -P_VERSION:
+                                c[k].text = p.python_version ? p.python_version : "?";
+                                break;
+                        case -P_BUILD:
+                                c[k].text = p.python_build ? p.python_build : "?";
+                                break;
+                        case P_EXIT:
+                                c[k].num = p.exit_status;
+                                c[k].null = p.exit_status < 0;
+                                break;
+                        case P_END:
+                                c[k].num = p.end_ns;
+                                c[k].null = p.end_ns < 0;
+                                break;
+                        }
+                }
+        }
+        return 0;
+}
+
+enum { H_PID, H_TID, H_PYTHON_ID, H_NAME, H_SAMPLES, H_RATE, H_FIRST, H_LAST };
+static const struct info_column thread_spec[] = {
+    {{"PID", "pid", TABLE_INT, 0}, H_PID, false},
+    {{"TID", "tid", TABLE_INT, 0}, H_TID, false},
+    {{"PYTHON_ID", "python_thread_id", TABLE_COUNT, 0}, H_PYTHON_ID, false},
+    {{"NAME", "name", TABLE_TEXT, J}, H_NAME, false},
+    {{"SAMPLES", "samples", TABLE_COUNT, 0}, H_SAMPLES, false},
+    {{"RATE_HZ", "rate_hz", TABLE_DECIMAL, T}, H_RATE, false},
+    {{"FIRST_S", "first_ns", TABLE_SECONDS, T}, H_FIRST, false},
+    {{"LAST_S", "last_ns", TABLE_SECONDS, T}, H_LAST, false},
+    {{"NAME", "name", TABLE_TEXT, T}, H_NAME, false},
+    {{"FIRST_S", "first_ns", TABLE_INT, J}, H_FIRST, false},
+    {{"LAST_S", "last_ns", TABLE_INT, J}, H_LAST, false},
+    {{"RATE_HZ", "rate_hz", TABLE_DECIMAL3, J}, H_RATE, false},
+};
+
+static int threads_table(struct trace_reader *r, struct table *t, struct table_column *cols)
+{
+        int fields[INFO_MAX_COLUMNS];
+        *t = (struct table){.cols = cols, .indent = 2};
+        t->n_cols = pick_columns(thread_spec, N_OF(thread_spec), false, cols, fields);
+        uint32_t n = trace_reader_thread_count(r);
+        for (uint32_t i = 0; i < n; i++) {
+                struct trace_thread th;
+                int rc = trace_reader_thread_at(r, i, &th);
+                if (rc < 0)
+                        return rc;
+                struct table_cell *c = table_add_row(t);
+                if (!c)
+                        break;
+                for (size_t k = 0; k < t->n_cols; k++) {
+                        switch (fields[k]) {
+                        case H_PID:
+                                c[k].num = th.pid;
+                                break;
+                        case H_TID:
+                                c[k].num = th.tid;
+                                c[k].null = th.tid < 0;
+                                break;
+                        case H_PYTHON_ID:
+                                c[k].num = (int64_t)th.python_thread_id;
+                                c[k].null = th.python_thread_id == 0;
+                                break;
+                        case H_NAME:
+                                c[k].text = th.name;
+                                c[k].null = !th.name;
+                                break;
+                        case H_SAMPLES:
+                                c[k].num = (int64_t)th.samples;
+                                break;
+                        case H_RATE:
+                                c[k].real = thread_rate(&th);
+                                c[k].null = c[k].real == 0;
+                                break;
+                        case H_FIRST:
+                                c[k].num = th.first_ns;
+                                c[k].null = th.first_ns < 0;
+                                break;
+                        case H_LAST:
+                                c[k].num = th.last_ns;
+                                c[k].null = th.last_ns < 0;
+                                break;
+                        }
+                }
+        }
+        return 0;
+}
+
+enum { R_ID, R_FILE, R_HOST, R_START, R_START_UTC, R_OFFSET, R_DURATION, R_SAMPLES };
+static const struct info_column recording_spec[] = {
+    {{"ID", "id", TABLE_INT, 0}, R_ID, false},
+    {{"FILE", "file", TABLE_TEXT, J}, R_FILE, false},
+    {{"HOST", "host", TABLE_TEXT, 0}, R_HOST, false},
+    {{"START_UTC", "start", TABLE_TEXT, T}, R_START_UTC, false},
+    {{"START", "start_wall_ns", TABLE_INT, J}, R_START, false},
+    {{"OFFSET_S", "offset_s", TABLE_SECONDS, T}, R_OFFSET, false},
+    {{"DURATION_S", "duration_s", TABLE_SECONDS, T}, R_DURATION, false},
+    {{"DURATION", "duration_ns", TABLE_INT, J}, R_DURATION, false},
+    {{"OFFSET", "offset_ns", TABLE_INT, J}, R_OFFSET, false},
+    {{"SAMPLES", "samples", TABLE_COUNT, 0}, R_SAMPLES, false},
+    {{"FILE", "file", TABLE_TEXT, T}, R_FILE, false},
+};
+
+static int recordings_table(struct trace_reader *r, struct table *t, struct table_column *cols)
+{
+        int fields[INFO_MAX_COLUMNS];
+        *t = (struct table){.cols = cols, .indent = 2};
+        t->n_cols = pick_columns(recording_spec, N_OF(recording_spec), true, cols, fields);
         uint32_t n = trace_reader_recording_count(r);
         for (uint32_t i = 0; i < n; i++) {
                 struct trace_recording rec;
                 int rc = trace_reader_recording_at(r, i, &rec);
-                struct table_cell *c = rc < 0 ? NULL : table_add_row(&t);
-                if (rc < 0) {
-                        table_free(&t);
+                if (rc < 0)
                         return rc;
-                }
+                struct table_cell *c = table_add_row(t);
                 if (!c)
                         break;
                 char when[64];
-                c[0].num = rec.id;
-                c[1].text = rec.host;
-                c[2].text = table_printf(&t, "%s", utc_time(rec.start_wall_ns, when, sizeof(when)));
-                c[3].num = rec.offset_ns;
-                c[4].num = rec.duration_ns;
-                c[4].null = rec.duration_ns < 0;
-                c[5].num = (int64_t)rec.samples;
-                c[6].text = rec.file;
+                for (size_t k = 0; k < t->n_cols; k++) {
+                        switch (fields[k]) {
+                        case R_ID:
+                                c[k].num = rec.id;
+                                break;
+                        case R_FILE:
+                                c[k].text = rec.file;
+                                c[k].null = !rec.file;
+                                break;
+                        case R_HOST:
+                                c[k].text = rec.host;
+                                c[k].null = !rec.host;
+                                break;
+                        case R_START_UTC:
+                                c[k].text = table_printf(
+                                    t, "%s", utc_time(rec.start_wall_ns, when, sizeof(when)));
+                                break;
+                        case R_START:
+                                c[k].num = rec.start_wall_ns;
+                                c[k].null = rec.start_wall_ns == -1;
+                                break;
+                        case R_OFFSET:
+                                c[k].num = rec.offset_ns;
+                                break;
+                        case R_DURATION:
+                                c[k].num = rec.duration_ns;
+                                c[k].null = rec.duration_ns < 0;
+                                break;
+                        case R_SAMPLES:
+                                c[k].num = (int64_t)rec.samples;
+                                break;
+                        }
+                }
         }
-        out_printf(o, "recordings: %u (merged; processes show where they came from)\n", n);
-        table_write(&t, OUT_TEXT, o);
-        table_free(&t);
         return 0;
+}
+
+#undef T
+#undef J
+
+/* The processes, the recordings they came from (when merged) and the threads. */
+static int info_lists(struct trace_reader *r, enum out_format f, struct out *o)
+{
+        struct table_column pcols[INFO_MAX_COLUMNS], tcols[INFO_MAX_COLUMNS],
+            rcols[INFO_MAX_COLUMNS];
+        struct table pt = {0}, tt = {0}, rt = {0};
+        bool merged = is_merged(r);
+        int rc = processes_table(r, merged, &pt, pcols);
+        if (rc == 0 && merged)
+                rc = recordings_table(r, &rt, rcols);
+        if (rc == 0)
+                rc = threads_table(r, &tt, tcols);
+        if (rc == 0 && f == OUT_JSON) {
+                out_puts(o, ", \"processes\": ");
+                table_write(&pt, f, o);
+                if (merged) {
+                        out_puts(o, ", \"recordings\": ");
+                        table_write(&rt, f, o);
+                }
+                out_puts(o, ", \"threads\": ");
+                table_write(&tt, f, o);
+        } else if (rc == 0) {
+                if (merged) {
+                        out_printf(o,
+                                   "recordings: %zu (merged; processes show where they came "
+                                   "from)\n",
+                                   rt.n_rows);
+                        table_write(&rt, f, o);
+                }
+                out_printf(o, "processes:  %zu\n", pt.n_rows);
+                table_write(&pt, f, o);
+                out_printf(o, "threads:    %zu\n", tt.n_rows);
+                table_write(&tt, f, o);
+        }
+        table_free(&pt);
+        table_free(&rt);
+        table_free(&tt);
+        return rc;
 }
 
 static void put_seconds(struct out *o, int64_t ns)
@@ -208,102 +457,9 @@ static int info_text(struct trace_reader *r, const char *path, const struct info
                            "after one\n",
                            retries, recovered);
         }
-
-        static const struct table_column process_columns[] = {
-            {"PID", "pid", TABLE_INT, 0},          {"PYTHON", "python", TABLE_TEXT, 0},
-            {"BUILD", "build", TABLE_TEXT, 0},     {"EXIT", "exit", TABLE_INT, 0},
-            {"COMMAND", "command", TABLE_TEXT, 0},
-        };
-        static const struct table_column merged_columns[] = {
-            {"PID", "pid", TABLE_INT, 0},
-            {"REC", "recording", TABLE_INT, 0},
-            {"SOURCE_PID", "source_pid", TABLE_INT, 0},
-            {"PYTHON", "python", TABLE_TEXT, 0},
-            {"BUILD", "build", TABLE_TEXT, 0},
-            {"EXIT", "exit", TABLE_INT, 0},
-            {"COMMAND", "command", TABLE_TEXT, 0},
-        };
-        bool merged = is_merged(r);
-        struct table pt = {.cols = merged ? merged_columns : process_columns,
-                           .n_cols = merged ? 7 : 5,
-                           .indent = 2};
-        uint32_t np = trace_reader_process_count(r);
-        for (uint32_t i = 0; i < np; i++) {
-                struct trace_process p;
-                int rc = trace_reader_process_at(r, i, &p);
-                struct table_cell *c = rc < 0 ? NULL : table_add_row(&pt);
-                if (rc < 0) {
-                        table_free(&pt);
-                        return rc;
-                }
-                if (!c)
-                        break;
-                c[0].num = p.pid;
-                if (merged) {
-                        uint32_t rec = 0;
-                        int32_t source_pid = 0;
-                        trace_reader_process_origin(r, i, &rec, &source_pid);
-                        c[1].num = rec;
-                        c[2].num = source_pid;
-                        c += 2;
-                }
-                c[1].text = p.python_version ? p.python_version : "?";
-                c[2].text = p.python_build ? p.python_build : "?";
-                c[3].num = p.exit_status;
-                c[3].null = p.exit_status < 0;
-                c[4].text = p.cmdline;
-        }
-        if (merged) {
-                int rc = recordings_text(r, o);
-                if (rc < 0) {
-                        table_free(&pt);
-                        return rc;
-                }
-        }
-        out_printf(o, "processes:  %u\n", np);
-        table_write(&pt, OUT_TEXT, o);
-        table_free(&pt);
-
-        static const struct table_column thread_columns[] = {
-            {"PID", "pid", TABLE_INT, 0},
-            {"TID", "tid", TABLE_INT, 0},
-            {"PYTHON_ID", "python_thread_id", TABLE_COUNT, 0},
-            {"SAMPLES", "samples", TABLE_COUNT, 0},
-            {"RATE_HZ", "rate_hz", TABLE_DECIMAL, 0},
-            {"FIRST_S", "first_s", TABLE_SECONDS, 0},
-            {"LAST_S", "last_s", TABLE_SECONDS, 0},
-            {"NAME", "name", TABLE_TEXT, 0},
-        };
-        struct table tt = {.cols = thread_columns, .n_cols = 8, .indent = 2};
-        uint32_t nt = trace_reader_thread_count(r);
-        for (uint32_t i = 0; i < nt; i++) {
-                struct trace_thread t;
-                int rc = trace_reader_thread_at(r, i, &t);
-                struct table_cell *c = rc < 0 ? NULL : table_add_row(&tt);
-                if (rc < 0) {
-                        table_free(&tt);
-                        return rc;
-                }
-                if (!c)
-                        break;
-                c[0].num = t.pid;
-                c[1].num = t.tid;
-                c[1].null = t.tid < 0;
-                c[2].num = (int64_t)t.python_thread_id;
-                c[2].null = t.python_thread_id == 0;
-                c[3].num = (int64_t)t.samples;
-                c[4].real = thread_rate(&t);
-                c[4].null = c[4].real == 0;
-                c[5].num = t.first_ns;
-                c[5].null = t.first_ns < 0;
-                c[6].num = t.last_ns;
-                c[6].null = t.last_ns < 0;
-                c[7].text = t.name;
-        }
-        out_printf(o, "threads:    %u\n", nt);
-        table_write(&tt, OUT_TEXT, o);
-        table_free(&tt);
-
+        int rc = info_lists(r, OUT_TEXT, o);
+        if (rc < 0)
+                return rc;
         const char *key, *value;
         for (size_t i = 0; trace_reader_meta_at(r, i, &key, &value); i++)
                 out_printf(o, "%s  %s = %s\n", i ? "" : "meta:\n", key, value ? value : "");
@@ -317,18 +473,18 @@ static void json_key(struct out *o, const char *key, bool first)
         out_puts(o, ": ");
 }
 
-static void json_int_or_null(struct out *o, int64_t v, bool null)
+/* A positive number with three decimals, else null. */
+static void json_rate(struct out *o, double v)
 {
-        if (null)
-                out_puts(o, "null");
+        if (v > 0)
+                out_printf(o, "%.3f", v);
         else
-                out_printf(o, "%lld", (long long)v);
+                out_puts(o, "null");
 }
 
 static int info_json(struct trace_reader *r, const char *path, const struct info *in, struct out *o)
 {
         const struct trace_summary *s = &in->sum;
-        bool merged = is_merged(r);
         out_puts(o, "{");
         json_key(o, "trace", true);
         out_json_string(o, path);
@@ -339,15 +495,9 @@ static int info_json(struct trace_reader *r, const char *path, const struct info
         json_key(o, "samples", false);
         out_printf(o, "%llu", (unsigned long long)s->samples);
         json_key(o, "rate_requested_hz", false);
-        if (s->rate_hz > 0)
-                out_printf(o, "%.3f", s->rate_hz);
-        else
-                out_puts(o, "null");
+        json_rate(o, s->rate_hz);
         json_key(o, "rate_achieved_hz", false);
-        if (in->achieved_hz > 0)
-                out_printf(o, "%.3f", in->achieved_hz);
-        else
-                out_puts(o, "null");
+        json_rate(o, in->achieved_hz);
         json_key(o, "errors", false);
         for (int k = 0; k < TRACE_ERROR_KIND_COUNT; k++) {
                 out_puts(o, k ? ", " : "{");
@@ -359,105 +509,9 @@ static int info_json(struct trace_reader *r, const char *path, const struct info
         out_printf(o, "%u", s->stacks);
         json_key(o, "frames", false);
         out_printf(o, "%u", s->frames);
-
-        json_key(o, "processes", false);
-        out_puts(o, "[");
-        uint32_t np = trace_reader_process_count(r);
-        for (uint32_t i = 0; i < np; i++) {
-                struct trace_process p;
-                int rc = trace_reader_process_at(r, i, &p);
-                if (rc < 0)
-                        return rc;
-                out_puts(o, i ? ",\n  {" : "\n  {");
-                json_key(o, "pid", true);
-                out_printf(o, "%d", (int)p.pid);
-                json_key(o, "cmdline", false);
-                out_json_string(o, p.cmdline);
-                json_key(o, "python_version", false);
-                out_json_string(o, p.python_version);
-                json_key(o, "python_build", false);
-                out_json_string(o, p.python_build);
-                json_key(o, "exit_status", false);
-                json_int_or_null(o, p.exit_status, p.exit_status < 0);
-                json_key(o, "end_ns", false);
-                json_int_or_null(o, p.end_ns, p.end_ns < 0);
-                if (merged) {
-                        uint32_t rec = 0;
-                        int32_t source_pid = 0;
-                        trace_reader_process_origin(r, i, &rec, &source_pid);
-                        json_key(o, "recording", false);
-                        out_printf(o, "%u", rec);
-                        json_key(o, "source_pid", false);
-                        out_printf(o, "%d", (int)source_pid);
-                }
-                out_puts(o, "}");
-        }
-        out_puts(o, np ? "\n]" : "]");
-        if (merged) {
-                json_key(o, "recordings", false);
-                out_puts(o, "[");
-                uint32_t nr = trace_reader_recording_count(r);
-                for (uint32_t i = 0; i < nr; i++) {
-                        struct trace_recording rec;
-                        int rc = trace_reader_recording_at(r, i, &rec);
-                        if (rc < 0)
-                                return rc;
-                        out_puts(o, i ? ",\n  {" : "\n  {");
-                        json_key(o, "id", true);
-                        out_printf(o, "%u", rec.id);
-                        json_key(o, "file", false);
-                        out_json_string(o, rec.file);
-                        json_key(o, "host", false);
-                        out_json_string(o, rec.host);
-                        json_key(o, "start_wall_ns", false);
-                        json_int_or_null(o, rec.start_wall_ns, rec.start_wall_ns == -1);
-                        json_key(o, "duration_ns", false);
-                        json_int_or_null(o, rec.duration_ns, rec.duration_ns < 0);
-                        json_key(o, "offset_ns", false);
-                        out_printf(o, "%lld", (long long)rec.offset_ns);
-                        json_key(o, "samples", false);
-                        out_printf(o, "%llu", (unsigned long long)rec.samples);
-                        out_puts(o, "}");
-                }
-                out_puts(o, nr ? "\n]" : "]");
-        }
-
-        json_key(o, "threads", false);
-        out_puts(o, "[");
-        uint32_t nt = trace_reader_thread_count(r);
-        for (uint32_t i = 0; i < nt; i++) {
-                struct trace_thread t;
-                int rc = trace_reader_thread_at(r, i, &t);
-                if (rc < 0)
-                        return rc;
-                out_puts(o, i ? ",\n  {" : "\n  {");
-                json_key(o, "pid", true);
-                out_printf(o, "%d", (int)t.pid);
-                json_key(o, "tid", false);
-                json_int_or_null(o, t.tid, t.tid < 0);
-                json_key(o, "python_thread_id", false);
-                if (t.python_thread_id)
-                        out_printf(o, "%llu", (unsigned long long)t.python_thread_id);
-                else
-                        out_puts(o, "null");
-                json_key(o, "name", false);
-                out_json_string(o, t.name);
-                json_key(o, "samples", false);
-                out_printf(o, "%llu", (unsigned long long)t.samples);
-                json_key(o, "first_ns", false);
-                json_int_or_null(o, t.first_ns, t.first_ns < 0);
-                json_key(o, "last_ns", false);
-                json_int_or_null(o, t.last_ns, t.last_ns < 0);
-                json_key(o, "rate_hz", false);
-                double rate = thread_rate(&t);
-                if (rate > 0)
-                        out_printf(o, "%.3f", rate);
-                else
-                        out_puts(o, "null");
-                out_puts(o, "}");
-        }
-        out_puts(o, nt ? "\n]" : "]");
-
+        int rc = info_lists(r, OUT_JSON, o);
+        if (rc < 0)
+                return rc;
         json_key(o, "meta", false);
         out_puts(o, "{");
         const char *key, *value;

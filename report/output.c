@@ -295,6 +295,9 @@ static const char *cell_str(const struct table_column *col, const struct table_c
         case TABLE_DECIMAL:
                 snprintf(buf, size, "%.2f", c->real);
                 return buf;
+        case TABLE_DECIMAL3:
+                snprintf(buf, size, "%.3f", c->real);
+                return buf;
         case TABLE_SECONDS:
                 snprintf(buf, size, "%.3f", (double)c->num / 1e9);
                 return buf;

@@ -153,14 +153,15 @@ void out_free(struct out *o);
 
 /* A column of a table. Cells of numeric kinds print unquoted in JSON. */
 enum table_kind {
-        TABLE_TEXT,    /* cell.text */
-        TABLE_COUNT,   /* cell.num, an unsigned count */
-        TABLE_INT,     /* cell.num, printed plainly */
-        TABLE_DECIMAL, /* cell.real, printed with two decimals (percentages, rates) */
-        TABLE_SECONDS, /* cell.num nanoseconds, printed as seconds with three decimals */
-        TABLE_SIGNED,  /* cell.real, two decimals, with a "+" when positive in text (changes) */
-        TABLE_PVALUE,  /* cell.real, two significant digits (probabilities) */
-        TABLE_BOOL,    /* cell.num != 0: true/false in CSV and JSON, "yes" or blank in text */
+        TABLE_TEXT,     /* cell.text */
+        TABLE_COUNT,    /* cell.num, an unsigned count */
+        TABLE_INT,      /* cell.num, printed plainly */
+        TABLE_DECIMAL,  /* cell.real, printed with two decimals (percentages, rates) */
+        TABLE_DECIMAL3, /* cell.real, three decimals (rates in info's JSON) */
+        TABLE_SECONDS,  /* cell.num nanoseconds, printed as seconds with three decimals */
+        TABLE_SIGNED,   /* cell.real, two decimals, with a "+" when positive in text (changes) */
+        TABLE_PVALUE,   /* cell.real, two significant digits (probabilities) */
+        TABLE_BOOL,     /* cell.num != 0: true/false in CSV and JSON, "yes" or blank in text */
 };
 #define TABLE_TEXT_ONLY 0x1u /* shown in text tables only (a composite such as file:line) */
 #define TABLE_DATA_ONLY 0x2u /* in CSV and JSON only (the parts of that composite) */
