@@ -23,6 +23,7 @@
  * section sizes and scans are bounded, and strings are parsed with lengths.
  */
 #include "pyfind.h"
+#include "pylayout.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -939,8 +940,7 @@ static void determine_version(const struct object *o, const struct elf_obj *e, u
 
 static bool version_supported(uint32_t hex)
 {
-        unsigned major = hex >> 24, minor = (hex >> 16) & 0xff;
-        return (major == 2 && minor == 7) || (major == 3 && minor >= 6 && minor <= 15);
+        return pylayout_supported((int)(hex >> 24), (int)(hex >> 16 & 0xff));
 }
 
 void pyfind_version_str(const struct pyfind_target *t, char *buf, size_t len)
@@ -1180,12 +1180,13 @@ static int finish(struct finder *f, struct object *o, struct elf_obj *e, struct 
                         e->syms[SYM_NEGATIVE_REFCOUNT].found;
 
         if (!version_supported(t.version_hex)) {
-                char vs[32];
+                char vs[32], list[128];
                 pyfind_version_str(&t, vs, sizeof(vs));
+                pylayout_supported_list(list, sizeof(list));
                 return fail(f, PYFIND_UNSUPPORTED,
                             "process %d (%s) runs Python %s (%s), which pyflame cannot read; "
-                            "supported versions: 2.7 and 3.6 to 3.15",
-                            (int)f->pid, f->comm, vs, o->path);
+                            "supported versions: %s",
+                            (int)f->pid, f->comm, vs, o->path, list);
         }
 
         unsigned mm = t.version_hex >> 16;

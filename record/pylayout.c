@@ -2,58 +2,39 @@
  * pylayout.c - the per-version layout tables and the _Py_DebugOffsets loader
  * (see pylayout.h).
  *
- * `rows` below is offsets.csv turned sideways into C: one row per field of
- * struct pylayout, one column per interpreter build. Numbers for 2.7 and
- * 3.6-3.12 are offsetof() on the pyenv headers (checked again for this file);
- * a D cell is filled from the target's _Py_DebugOffsets, whose position in
- * that struct `dbg_rows` gives per minor version. The remaining 3.13+ cells
- * are the supplement: facts the debug offsets do not carry. Their sources:
- * 3.13/3.13t headers [H]; 3.14 CPython v3.14.0 as read by py-spy's bindings
- * [S]; 3.14t and 3.15 secondary sources [U] (CPython's Include/internal
- * headers at the v3.14.0 tag and on main).
+ * `builds` below holds one block per interpreter build: every field of
+ * struct pylayout, by name (a field a block forgets stays U, which
+ * pylayout_check_tables() and its test catch). Adding a CPython version is a
+ * block there (and, from 3.13 on, a block in `dbg_versions`); the versions
+ * pyflame reads, and the list its messages give, come from `builds`.
+ *
+ * Numbers for 2.7 and 3.6-3.12 are offsetof() on the pyenv headers (checked
+ * again for this file). A D cell is filled from the target's
+ * _Py_DebugOffsets, whose position in that struct `dbg_versions` gives per minor
+ * version. The remaining 3.13+ cells are the supplement: facts the debug
+ * offsets do not carry. Their sources: 3.13/3.13t headers [H]; 3.14 CPython
+ * v3.14.0 as read by py-spy's bindings [S]; 3.14t and 3.15 secondary sources
+ * [U] (CPython's Include/internal headers at the v3.14.0 tag and on main).
+ * In particular: ts_datastack_top follows ts_datastack_chunk [H 3.11-3.13,
+ * U 3.14+], only a read-size hint; co_firsttraceable's position in 3.15 is
+ * unknown [U], so frames being set up are not recognised there; the thread
+ * names' offsets are [H] for 2.7-3.13 (3.13t: the 3.13.0 headers with
+ * Py_GIL_DISABLED), [S] for 3.14, [U] for 3.15, whose ht_cached_keys is
+ * unknown (PyTypeObject grew): its instances get names only from a dict of
+ * their own. Offsets in PyObject-headed structs (`obj` in offset_fields)
+ * shift by 16 bytes in Py_TRACE_REFS builds, which exist up to 3.10 only.
  */
 #include "pylayout.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
-/* Interpreter builds with a column in `rows`. */
-enum col {
-        C27,
-        C36,
-        C37,
-        C38,
-        C39,
-        C310,
-        C311,
-        C312,
-        C313,
-        C313T,
-        C314,
-        C314T,
-        C315,
-        C315T,
-        N_COLS
-};
-
-static const struct col_info {
-        uint8_t major, minor;
-        bool free_threaded;
-        const char *name;
-} cols[N_COLS] = {
-    [C27] = {2, 7, false, "2.7"},    [C36] = {3, 6, false, "3.6"},
-    [C37] = {3, 7, false, "3.7"},    [C38] = {3, 8, false, "3.8"},
-    [C39] = {3, 9, false, "3.9"},    [C310] = {3, 10, false, "3.10"},
-    [C311] = {3, 11, false, "3.11"}, [C312] = {3, 12, false, "3.12"},
-    [C313] = {3, 13, false, "3.13"}, [C313T] = {3, 13, true, "3.13t"},
-    [C314] = {3, 14, false, "3.14"}, [C314T] = {3, 14, true, "3.14t"},
-    [C315] = {3, 15, false, "3.15"}, [C315T] = {3, 15, true, "3.15t"},
-};
-
 #define X  (-1)      /* no such field in this version */
 #define D  (-100000) /* from _Py_DebugOffsets */
-#define D8 (-100008) /* the previous row's value + 8: a field that follows it */
+#define D8 (-100008) /* ts_datastack_top: 8 bytes after ts_datastack_chunk, once that is known */
+#define U  (-100001) /* not set by the build's block: a table bug (pylayout_check_tables) */
 
 /* Short names for the kind cells of `rows`. */
 #define FO  PYL_FRAMES_OBJECT
@@ -82,125 +63,593 @@ static const struct col_info {
 #define IS  PYL_INT_SIZE
 #define IT  PYL_INT_TAG
 
-/* Field types in struct pylayout. */
-enum ftype { T_I32, T_U8, T_U32, T_BOOL, T_MASK };
+#define OFF(field) offsetof(struct pylayout, field)
 
-/* Row flags. */
-#define OBJ 0x1 /* offset inside a PyObject-headed struct: shifts with Py_TRACE_REFS */
-
-#define F(field, type) offsetof(struct pylayout, field), type
-
-static const struct row {
+/* Every offset field of struct pylayout (int32_t), in the order of the struct. */
+static const struct offset_field {
         size_t off;
-        enum ftype type;
-        unsigned flags;
-        int32_t v[N_COLS];
-} rows[] = {
-    /* kinds           2.7  3.6  3.7  3.8  3.9  3.10  3.11  3.12  3.13 3.13t 3.14 3.14t 3.15 3.15t
-     */
-    {F(frames, T_U8), 0, {FO, FO, FO, FO, FO, FO, FI, FI, FI, FI, FI, FI, FI, FI}},
-    {F(lasti, T_U8), 0, {LB, LB, LB, LB, LB, LU, LP, LP, LP, LP, LP, LP, LP, LP}},
-    {F(linetable, T_U8), 0, {U8, S8, S8, S8, S8, T10, T11, T11, T11, T11, T11, T11, T11, T11}},
-    {F(strings, T_U8), 0, {P2, PEP, PEP, PEP, PEP, PEP, PEP, PEP, PEP, PEP, PEP, PB0, PEP, PB0}},
-    {F(gil, T_U8), 0, {GS, GS, GR, GR, GR, GR, GR, GI, GI, GI, GI, GI, GI, GI}},
-    /* PyObject, PyTypeObject */
-    {F(ob_type, T_I32), OBJ, {8, 8, 8, 8, 8, 8, 8, 8, D, D, D, D, D, D}},
-    {F(ob_size, T_I32), OBJ, {16, 16, 16, 16, 16, 16, 16, 16, 16, 32, 16, 32, 16, 32}},
-    {F(tp_flags, T_I32), OBJ, {168, 168, 168, 168, 168, 168, 168, 168, D, D, D, D, 168, 184}},
-    /* _PyRuntimeState */
-    {F(rt_interp_head, T_I32), 0, {X, X, 24, 32, 32, 32, 40, 40, D, D, D, D, D, D}},
-    {F(rt_tstate_current, T_I32), 0, {X, X, 1480, 1368, 568, 568, 576, X, X, X, X, X, X, X}},
-    /* PyInterpreterState */
-    {F(is_next, T_I32), 0, {0, 0, 0, 0, 0, 0, 0, 0, D, D, D, D, D, D}},
-    {F(is_threads_head, T_I32), 0, {8, 8, 8, 8, 8, 8, 16, 72, D, D, D, D, D, D}},
-    {F(is_id, T_I32), 0, {X, X, 16, 16, 24, 24, 48, 8, D, D, D, D, D, D}},
-    {F(is_ceval_gil, T_I32), 0, {X, X, X, X, X, X, X, 384, D, D, D, D, D, D}},
-    /* struct _gil_runtime_state */
-    {F(gil_enabled, T_I32), 0, {X, X, X, X, X, X, X, X, X, D, X, D, X, D}},
-    {F(gil_locked, T_I32), 0, {X, X, X, X, X, X, X, 16, D, D, D, D, D, D}},
-    {F(gil_holder, T_I32), 0, {X, X, X, X, X, X, X, 8, D, D, D, D, D, D}},
-    /* PyThreadState */
-    {F(ts_next, T_I32), 0, {0, 8, 8, 8, 8, 8, 8, 8, D, D, D, D, D, D}},
-    {F(ts_interp, T_I32), 0, {8, 16, 16, 16, 16, 16, 16, 16, D, D, D, D, D, D}},
-    {F(ts_frame, T_I32), 0, {16, 24, 24, 24, 24, 24, 56, 56, D, D, D, D, D, D}},
-    {F(ts_thread_id, T_I32), 0, {144, 152, 176, 176, 176, 176, 152, 136, D, D, D, D, D, D}},
-    {F(ts_native_tid, T_I32), 0, {X, X, X, X, X, X, 160, 144, D, D, D, D, D, D}},
-    {F(ts_datastack_chunk, T_I32), 0, {X, X, X, X, X, X, 296, 232, D, D, D, D, D, D}},
-    /* datastack_top follows datastack_chunk [H 3.11-3.13, U 3.14+]; only a read-size hint */
-    {F(ts_datastack_top, T_I32), 0, {X, X, X, X, X, X, 304, 240, D8, D8, D8, D8, D8, D8}},
-    {F(ts_state, T_I32), 0, {X, X, X, X, X, X, X, X, 40, 40, 44, 44, 44, 44}},
-    {F(ts_base_frame, T_I32), 0, {X, X, X, X, X, X, X, X, X, X, X, X, D, D}},
-    {F(cframe_current, T_I32), 0, {X, X, X, X, X, X, 8, 0, X, X, X, X, X, X}},
-    /* PyFrameObject (OBJ applies to <=3.10 only, the only Py_TRACE_REFS-shifted builds) */
-    {F(fr_back, T_I32), OBJ, {24, 24, 24, 24, 24, 24, 48, 8, D, D, D, D, D, D}},
-    {F(fr_code, T_I32), OBJ, {32, 32, 32, 32, 32, 32, 32, 0, D, D, D, D, D, D}},
-    {F(fr_lasti, T_I32), OBJ, {120, 120, 104, 104, 104, 96, 56, 56, D, D, D, D, D, D}},
-    {F(fr_state, T_I32), OBJ, {X, 132, 116, 116, 116, 108, X, X, X, X, X, X, X, X}},
-    {F(fr_state_kind, T_U8), 0, {0, 1, 1, 1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0}},
-    {F(fr_owner, T_I32), 0, {X, X, X, X, X, X, 69, 70, D, D, D, D, D, D}},
-    {F(fr_tlbc_index, T_I32), 0, {X, X, X, X, X, X, X, X, X, X, X, D, X, D}},
-    {F(fr_code_mask, T_MASK), 0, {X, X, X, X, X, X, X, X, X, X, ~3, ~3, ~3, ~3}},
-    {F(owner_generator, T_U8), 0, {127, 127, 127, 127, 127, 127, 1, 1, 1, 1, 1, 1, 1, 1}},
-    {F(owner_skip_from, T_U8), 0, {127, 127, 127, 127, 127, 127, 127, 3, 3, 3, 3, 3, 3, 3}},
-    {F(executable_any, T_BOOL), 0, {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1}},
-    {F(init_shim, T_BOOL), 0, {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1}},
-    /* PyCodeObject          2.7  3.6  3.7  3.8  3.9  3.10  3.11  3.12 */
-    {F(co_filename, T_I32), OBJ, {80, 96, 96, 104, 104, 104, 112, 112, D, D, D, D, D, D}},
-    {F(co_name, T_I32), OBJ, {88, 104, 104, 112, 112, 112, 120, 120, D, D, D, D, D, D}},
-    {F(co_qualname, T_I32), OBJ, {X, X, X, X, X, X, 128, 128, D, D, D, D, D, D}},
-    {F(co_linetable, T_I32), OBJ, {104, 112, 112, 120, 120, 120, 136, 136, D, D, D, D, D, D}},
-    {F(co_firstlineno, T_I32), OBJ, {96, 36, 36, 40, 40, 40, 72, 68, D, D, D, D, D, D}},
-    /* 3.15 [U]: position unknown, so frames being set up are not recognised there */
-    {F(co_firsttraceable, T_I32), OBJ, {X, X, X, X, X, X, 168, 176, 184, 200, 192, 208, X, X}},
-    {F(co_code_adaptive, T_I32), OBJ, {X, X, X, X, X, X, 184, 192, D, D, D, D, D, D}},
-    {F(co_tlbc, T_I32), OBJ, {X, X, X, X, X, X, X, X, X, X, X, D, X, D}},
-    {F(co_code, T_I32), OBJ, {32, 40, 40, 48, 48, 48, X, X, X, X, X, X, X, X}},
-    /* str (2.7: PyUnicodeObject {length@16, str@24}) */
-    {F(str_length, T_I32), OBJ, {16, 16, 16, 16, 16, 16, 16, 16, D, D, D, D, 16, 32}},
-    {F(str_state, T_I32), OBJ, {X, 32, 32, 32, 32, 32, 32, 32, D, D, D, D, 32, 48}},
-    {F(str_ascii_size, T_I32), OBJ, {X, 48, 48, 48, 48, 48, 48, 40, D, D, D, D, 40, 56}},
-    {F(str_compact_size, T_I32), OBJ, {X, 72, 72, 72, 72, 72, 72, 56, 56, 72, 56, 72, 56, 72}},
-    {F(str_data, T_I32), OBJ, {24, 72, 72, 72, 72, 72, 72, 56, 56, 72, 56, 72, 56, 72}},
-    {F(py2_unicode_width, T_U8), 0, {4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
-    /* bytes (2.7: PyStringObject) */
-    {F(bytes_size, T_I32), OBJ, {16, 16, 16, 16, 16, 16, 16, 16, D, D, D, D, 16, 32}},
-    {F(bytes_sval, T_I32), OBJ, {36, 32, 32, 32, 32, 32, 32, 32, D, D, D, D, 32, 48}},
-    /* _PyStackChunk */
-    {F(chunk_previous, T_I32), 0, {X, X, X, X, X, X, 0, 0, 0, 0, 0, 0, 0, 0}},
-    {F(chunk_size, T_I32), 0, {X, X, X, X, X, X, 8, 8, 8, 8, 8, 8, 8, 8}},
-    {F(chunk_data, T_I32), 0, {X, X, X, X, X, X, 24, 24, 24, 24, 24, 24, 24, 24}},
-    /*
-     * Thread names (see pywalk.c). 2.7-3.13 [H] (3.13t: the 3.13.0 headers
-     * with Py_GIL_DISABLED); 3.14 [S]; 3.15 [U]. ht_cached_keys moves when
-     * PyTypeObject grows: unknown for 3.15, whose instances then get names
-     * only from a dict of their own.
-     */
-    {F(dicts, T_U8), 0, {DK2, D36, D36, D36, D36, D36, DK3, DK3, DK3, DK3, DK3, DK3, DK3, DK3}},
-    {F(attrs, T_U8), 0, {AD, AD, AD, AD, AD, AD, AM, AT, AI, AI, AI, AI, AI, AI}},
-    {F(ints, T_U8), 0, {I2, IS, IS, IS, IS, IS, IS, IT, IT, IT, IT, IT, IT, IT}},
-    /*                        2.7  3.6  3.7  3.8  3.9  3.10 3.11 3.12 3.13 3.13t 3.14 3.14t 3.15 */
-    {F(is_modules, T_I32), 0, {16, 16, 40, 56, 856, 856, 888, 944, D, D, D, D, D, D}},
-    {F(md_dict, T_I32), OBJ, {16, 16, 16, 16, 16, 16, 16, 16, 16, 32, 16, 32, 16, 32}},
-    {F(tp_basicsize, T_I32), OBJ, {32, 32, 32, 32, 32, 32, 32, 32, 32, 48, 32, 48, 32, 48}},
-    {F(tp_dictoffset, T_I32),
-     OBJ,
-     {288, 288, 288, 288, 288, 288, 288, 288, 288, 304, 288, 304, 288, 304}},
-    {F(ht_cached_keys, T_I32), OBJ, {X, X, X, X, X, X, 872, 880, 880, 896, 880, 896, X, X}},
-    {F(dict_keys, T_I32), OBJ, {40, 32, 32, 32, 32, 32, 32, 32, D, D, D, D, 32, 48}},
-    {F(dict_values, T_I32), OBJ, {X, 40, 40, 40, 40, 40, 40, 40, D, D, D, D, 40, 56}},
-    {F(dict_mask, T_I32), OBJ, {32, X, X, X, X, X, X, X, X, X, X, X, X, X}},
-    {F(dk_size, T_I32), 0, {X, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8}},
-    {F(dk_log2_index_bytes, T_I32), 0, {X, X, X, X, X, X, 9, 9, 9, 9, 9, 9, 9, 9}},
-    {F(dk_kind, T_I32), 0, {X, X, X, X, X, X, 10, 10, 10, 10, 10, 10, 10, 10}},
-    {F(dk_nentries, T_I32), 0, {X, 32, 32, 32, 32, 32, 24, 24, 24, 24, 24, 24, 24, 24}},
-    {F(dk_indices, T_I32), 0, {X, 40, 40, 40, 40, 40, 32, 32, 32, 32, 32, 32, 32, 32}},
-    {F(values_values, T_I32), 0, {X, 0, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8, 8, 8}},
-    {F(values_valid, T_I32), 0, {X, X, X, X, X, X, X, X, 3, 3, 3, 3, 3, 3}},
-    {F(pre_dict, T_I32), 0, {X, X, X, X, X, X, 24, 24, 24, 8, 24, 8, 24, 8}},
-    {F(pre_values, T_I32), 0, {X, X, X, X, X, X, 32, X, X, X, X, X, X, X}},
-    {F(int_value, T_I32), OBJ, {16, X, X, X, X, X, X, 16, D, D, D, D, 16, 32}},
-    {F(int_digits, T_I32), OBJ, {24, 24, 24, 24, 24, 24, 24, 24, D, D, D, D, 24, 40}},
+        bool obj; /* inside a PyObject-headed struct: shifts with Py_TRACE_REFS */
+} offset_fields[] = {
+    {OFF(ob_type), true},
+    {OFF(ob_size), true},
+    {OFF(tp_flags), true},
+    {OFF(rt_interp_head), false},
+    {OFF(rt_tstate_current), false},
+    {OFF(is_next), false},
+    {OFF(is_threads_head), false},
+    {OFF(is_id), false},
+    {OFF(is_ceval_gil), false},
+    {OFF(gil_enabled), false},
+    {OFF(gil_locked), false},
+    {OFF(gil_holder), false},
+    {OFF(ts_next), false},
+    {OFF(ts_interp), false},
+    {OFF(ts_frame), false},
+    {OFF(ts_thread_id), false},
+    {OFF(ts_native_tid), false},
+    {OFF(ts_datastack_chunk), false},
+    {OFF(ts_datastack_top), false},
+    {OFF(ts_state), false},
+    {OFF(ts_base_frame), false},
+    {OFF(cframe_current), false},
+    {OFF(fr_back), true},
+    {OFF(fr_code), true},
+    {OFF(fr_lasti), true},
+    {OFF(fr_state), true},
+    {OFF(fr_owner), false},
+    {OFF(fr_tlbc_index), false},
+    {OFF(co_filename), true},
+    {OFF(co_name), true},
+    {OFF(co_qualname), true},
+    {OFF(co_linetable), true},
+    {OFF(co_firstlineno), true},
+    {OFF(co_firsttraceable), true},
+    {OFF(co_code_adaptive), true},
+    {OFF(co_tlbc), true},
+    {OFF(co_code), true},
+    {OFF(str_length), true},
+    {OFF(str_state), true},
+    {OFF(str_ascii_size), true},
+    {OFF(str_compact_size), true},
+    {OFF(str_data), true},
+    {OFF(bytes_size), true},
+    {OFF(bytes_sval), true},
+    {OFF(chunk_previous), false},
+    {OFF(chunk_size), false},
+    {OFF(chunk_data), false},
+    {OFF(is_modules), false},
+    {OFF(md_dict), true},
+    {OFF(tp_basicsize), true},
+    {OFF(tp_dictoffset), true},
+    {OFF(ht_cached_keys), true},
+    {OFF(dict_keys), true},
+    {OFF(dict_values), true},
+    {OFF(dict_mask), true},
+    {OFF(dk_size), false},
+    {OFF(dk_log2_index_bytes), false},
+    {OFF(dk_kind), false},
+    {OFF(dk_nentries), false},
+    {OFF(dk_indices), false},
+    {OFF(values_values), false},
+    {OFF(values_valid), false},
+    {OFF(pre_dict), false},
+    {OFF(pre_values), false},
+    {OFF(int_value), true},
+    {OFF(int_digits), true},
 };
+
+#define UNSET_OFFSETS                                                                              \
+        .ob_type = U, .ob_size = U, .tp_flags = U, .rt_interp_head = U, .rt_tstate_current = U,    \
+        .is_next = U, .is_threads_head = U, .is_id = U, .is_ceval_gil = U, .gil_enabled = U,       \
+        .gil_locked = U, .gil_holder = U, .ts_next = U, .ts_interp = U, .ts_frame = U,             \
+        .ts_thread_id = U, .ts_native_tid = U, .ts_datastack_chunk = U, .ts_datastack_top = U,     \
+        .ts_state = U, .ts_base_frame = U, .cframe_current = U, .fr_back = U, .fr_code = U,        \
+        .fr_lasti = U, .fr_state = U, .fr_owner = U, .fr_tlbc_index = U, .co_filename = U,         \
+        .co_name = U, .co_qualname = U, .co_linetable = U, .co_firstlineno = U,                    \
+        .co_firsttraceable = U, .co_code_adaptive = U, .co_tlbc = U, .co_code = U,                 \
+        .str_length = U, .str_state = U, .str_ascii_size = U, .str_compact_size = U,               \
+        .str_data = U, .bytes_size = U, .bytes_sval = U, .chunk_previous = U, .chunk_size = U,     \
+        .chunk_data = U, .is_modules = U, .md_dict = U, .tp_basicsize = U, .tp_dictoffset = U,     \
+        .ht_cached_keys = U, .dict_keys = U, .dict_values = U, .dict_mask = U, .dk_size = U,       \
+        .dk_log2_index_bytes = U, .dk_kind = U, .dk_nentries = U, .dk_indices = U,                 \
+        .values_values = U, .values_valid = U, .pre_dict = U, .pre_values = U, .int_value = U,     \
+        .int_digits = U
+
+/* Each block sets the offsets UNSET_OFFSETS left unset: overriding is the point. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Woverride-init"
+// clang-format off
+static const struct pylayout builds[] = {
+    {UNSET_OFFSETS, .name = "2.7", .major = 2, .minor = 7, .free_threaded = false,
+        /* kinds */
+        .frames = FO, .lasti = LB, .linetable = U8, .strings = P2, .gil = GS, .dicts = DK2,
+        .attrs = AD, .ints = I2,
+        /* PyObject, PyTypeObject */
+        .ob_type = 8, .ob_size = 16, .tp_flags = 168,
+        /* _PyRuntimeState */
+        .rt_interp_head = X, .rt_tstate_current = X,
+        /* PyInterpreterState, its GIL */
+        .is_next = 0, .is_threads_head = 8, .is_id = X, .is_ceval_gil = X, .gil_enabled = X,
+        .gil_locked = X, .gil_holder = X,
+        /* PyThreadState */
+        .ts_next = 0, .ts_interp = 8, .ts_frame = 16, .ts_thread_id = 144, .ts_native_tid = X,
+        .ts_datastack_chunk = X, .ts_datastack_top = X, .ts_state = X, .ts_base_frame = X,
+        .cframe_current = X,
+        /* frames */
+        .fr_back = 24, .fr_code = 32, .fr_lasti = 120, .fr_state = X, .fr_state_kind = 0,
+        .fr_owner = X, .fr_tlbc_index = X, .fr_code_mask = X, .owner_generator = 127,
+        .owner_skip_from = 127, .executable_any = 0, .init_shim = 0,
+        /* PyCodeObject */
+        .co_filename = 80, .co_name = 88, .co_qualname = X, .co_linetable = 104,
+        .co_firstlineno = 96, .co_firsttraceable = X, .co_code_adaptive = X, .co_tlbc = X,
+        .co_code = 32,
+        /* str, bytes */
+        .str_length = 16, .str_state = X, .str_ascii_size = X, .str_compact_size = X,
+        .str_data = 24, .py2_unicode_width = 4, .bytes_size = 16, .bytes_sval = 36,
+        /* _PyStackChunk */
+        .chunk_previous = X, .chunk_size = X, .chunk_data = X,
+        /* for thread names: modules, types, dicts, instances, ints */
+        .is_modules = 16, .md_dict = 16, .tp_basicsize = 32, .tp_dictoffset = 288,
+        .ht_cached_keys = X, .dict_keys = 40, .dict_values = X, .dict_mask = 32, .dk_size = X,
+        .dk_log2_index_bytes = X, .dk_kind = X, .dk_nentries = X, .dk_indices = X,
+        .values_values = X, .values_valid = X, .pre_dict = X, .pre_values = X, .int_value = 16,
+        .int_digits = 24,
+    },
+    {UNSET_OFFSETS, .name = "3.6", .major = 3, .minor = 6, .free_threaded = false,
+        /* kinds */
+        .frames = FO, .lasti = LB, .linetable = S8, .strings = PEP, .gil = GS, .dicts = D36,
+        .attrs = AD, .ints = IS,
+        /* PyObject, PyTypeObject */
+        .ob_type = 8, .ob_size = 16, .tp_flags = 168,
+        /* _PyRuntimeState */
+        .rt_interp_head = X, .rt_tstate_current = X,
+        /* PyInterpreterState, its GIL */
+        .is_next = 0, .is_threads_head = 8, .is_id = X, .is_ceval_gil = X, .gil_enabled = X,
+        .gil_locked = X, .gil_holder = X,
+        /* PyThreadState */
+        .ts_next = 8, .ts_interp = 16, .ts_frame = 24, .ts_thread_id = 152, .ts_native_tid = X,
+        .ts_datastack_chunk = X, .ts_datastack_top = X, .ts_state = X, .ts_base_frame = X,
+        .cframe_current = X,
+        /* frames */
+        .fr_back = 24, .fr_code = 32, .fr_lasti = 120, .fr_state = 132, .fr_state_kind = 1,
+        .fr_owner = X, .fr_tlbc_index = X, .fr_code_mask = X, .owner_generator = 127,
+        .owner_skip_from = 127, .executable_any = 0, .init_shim = 0,
+        /* PyCodeObject */
+        .co_filename = 96, .co_name = 104, .co_qualname = X, .co_linetable = 112,
+        .co_firstlineno = 36, .co_firsttraceable = X, .co_code_adaptive = X, .co_tlbc = X,
+        .co_code = 40,
+        /* str, bytes */
+        .str_length = 16, .str_state = 32, .str_ascii_size = 48, .str_compact_size = 72,
+        .str_data = 72, .py2_unicode_width = 0, .bytes_size = 16, .bytes_sval = 32,
+        /* _PyStackChunk */
+        .chunk_previous = X, .chunk_size = X, .chunk_data = X,
+        /* for thread names: modules, types, dicts, instances, ints */
+        .is_modules = 16, .md_dict = 16, .tp_basicsize = 32, .tp_dictoffset = 288,
+        .ht_cached_keys = X, .dict_keys = 32, .dict_values = 40, .dict_mask = X, .dk_size = 8,
+        .dk_log2_index_bytes = X, .dk_kind = X, .dk_nentries = 32, .dk_indices = 40,
+        .values_values = 0, .values_valid = X, .pre_dict = X, .pre_values = X, .int_value = X,
+        .int_digits = 24,
+    },
+    {UNSET_OFFSETS, .name = "3.7", .major = 3, .minor = 7, .free_threaded = false,
+        /* kinds */
+        .frames = FO, .lasti = LB, .linetable = S8, .strings = PEP, .gil = GR, .dicts = D36,
+        .attrs = AD, .ints = IS,
+        /* PyObject, PyTypeObject */
+        .ob_type = 8, .ob_size = 16, .tp_flags = 168,
+        /* _PyRuntimeState */
+        .rt_interp_head = 24, .rt_tstate_current = 1480,
+        /* PyInterpreterState, its GIL */
+        .is_next = 0, .is_threads_head = 8, .is_id = 16, .is_ceval_gil = X, .gil_enabled = X,
+        .gil_locked = X, .gil_holder = X,
+        /* PyThreadState */
+        .ts_next = 8, .ts_interp = 16, .ts_frame = 24, .ts_thread_id = 176, .ts_native_tid = X,
+        .ts_datastack_chunk = X, .ts_datastack_top = X, .ts_state = X, .ts_base_frame = X,
+        .cframe_current = X,
+        /* frames */
+        .fr_back = 24, .fr_code = 32, .fr_lasti = 104, .fr_state = 116, .fr_state_kind = 1,
+        .fr_owner = X, .fr_tlbc_index = X, .fr_code_mask = X, .owner_generator = 127,
+        .owner_skip_from = 127, .executable_any = 0, .init_shim = 0,
+        /* PyCodeObject */
+        .co_filename = 96, .co_name = 104, .co_qualname = X, .co_linetable = 112,
+        .co_firstlineno = 36, .co_firsttraceable = X, .co_code_adaptive = X, .co_tlbc = X,
+        .co_code = 40,
+        /* str, bytes */
+        .str_length = 16, .str_state = 32, .str_ascii_size = 48, .str_compact_size = 72,
+        .str_data = 72, .py2_unicode_width = 0, .bytes_size = 16, .bytes_sval = 32,
+        /* _PyStackChunk */
+        .chunk_previous = X, .chunk_size = X, .chunk_data = X,
+        /* for thread names: modules, types, dicts, instances, ints */
+        .is_modules = 40, .md_dict = 16, .tp_basicsize = 32, .tp_dictoffset = 288,
+        .ht_cached_keys = X, .dict_keys = 32, .dict_values = 40, .dict_mask = X, .dk_size = 8,
+        .dk_log2_index_bytes = X, .dk_kind = X, .dk_nentries = 32, .dk_indices = 40,
+        .values_values = 0, .values_valid = X, .pre_dict = X, .pre_values = X, .int_value = X,
+        .int_digits = 24,
+    },
+    {UNSET_OFFSETS, .name = "3.8", .major = 3, .minor = 8, .free_threaded = false,
+        /* kinds */
+        .frames = FO, .lasti = LB, .linetable = S8, .strings = PEP, .gil = GR, .dicts = D36,
+        .attrs = AD, .ints = IS,
+        /* PyObject, PyTypeObject */
+        .ob_type = 8, .ob_size = 16, .tp_flags = 168,
+        /* _PyRuntimeState */
+        .rt_interp_head = 32, .rt_tstate_current = 1368,
+        /* PyInterpreterState, its GIL */
+        .is_next = 0, .is_threads_head = 8, .is_id = 16, .is_ceval_gil = X, .gil_enabled = X,
+        .gil_locked = X, .gil_holder = X,
+        /* PyThreadState */
+        .ts_next = 8, .ts_interp = 16, .ts_frame = 24, .ts_thread_id = 176, .ts_native_tid = X,
+        .ts_datastack_chunk = X, .ts_datastack_top = X, .ts_state = X, .ts_base_frame = X,
+        .cframe_current = X,
+        /* frames */
+        .fr_back = 24, .fr_code = 32, .fr_lasti = 104, .fr_state = 116, .fr_state_kind = 1,
+        .fr_owner = X, .fr_tlbc_index = X, .fr_code_mask = X, .owner_generator = 127,
+        .owner_skip_from = 127, .executable_any = 0, .init_shim = 0,
+        /* PyCodeObject */
+        .co_filename = 104, .co_name = 112, .co_qualname = X, .co_linetable = 120,
+        .co_firstlineno = 40, .co_firsttraceable = X, .co_code_adaptive = X, .co_tlbc = X,
+        .co_code = 48,
+        /* str, bytes */
+        .str_length = 16, .str_state = 32, .str_ascii_size = 48, .str_compact_size = 72,
+        .str_data = 72, .py2_unicode_width = 0, .bytes_size = 16, .bytes_sval = 32,
+        /* _PyStackChunk */
+        .chunk_previous = X, .chunk_size = X, .chunk_data = X,
+        /* for thread names: modules, types, dicts, instances, ints */
+        .is_modules = 56, .md_dict = 16, .tp_basicsize = 32, .tp_dictoffset = 288,
+        .ht_cached_keys = X, .dict_keys = 32, .dict_values = 40, .dict_mask = X, .dk_size = 8,
+        .dk_log2_index_bytes = X, .dk_kind = X, .dk_nentries = 32, .dk_indices = 40,
+        .values_values = 0, .values_valid = X, .pre_dict = X, .pre_values = X, .int_value = X,
+        .int_digits = 24,
+    },
+    {UNSET_OFFSETS, .name = "3.9", .major = 3, .minor = 9, .free_threaded = false,
+        /* kinds */
+        .frames = FO, .lasti = LB, .linetable = S8, .strings = PEP, .gil = GR, .dicts = D36,
+        .attrs = AD, .ints = IS,
+        /* PyObject, PyTypeObject */
+        .ob_type = 8, .ob_size = 16, .tp_flags = 168,
+        /* _PyRuntimeState */
+        .rt_interp_head = 32, .rt_tstate_current = 568,
+        /* PyInterpreterState, its GIL */
+        .is_next = 0, .is_threads_head = 8, .is_id = 24, .is_ceval_gil = X, .gil_enabled = X,
+        .gil_locked = X, .gil_holder = X,
+        /* PyThreadState */
+        .ts_next = 8, .ts_interp = 16, .ts_frame = 24, .ts_thread_id = 176, .ts_native_tid = X,
+        .ts_datastack_chunk = X, .ts_datastack_top = X, .ts_state = X, .ts_base_frame = X,
+        .cframe_current = X,
+        /* frames */
+        .fr_back = 24, .fr_code = 32, .fr_lasti = 104, .fr_state = 116, .fr_state_kind = 1,
+        .fr_owner = X, .fr_tlbc_index = X, .fr_code_mask = X, .owner_generator = 127,
+        .owner_skip_from = 127, .executable_any = 0, .init_shim = 0,
+        /* PyCodeObject */
+        .co_filename = 104, .co_name = 112, .co_qualname = X, .co_linetable = 120,
+        .co_firstlineno = 40, .co_firsttraceable = X, .co_code_adaptive = X, .co_tlbc = X,
+        .co_code = 48,
+        /* str, bytes */
+        .str_length = 16, .str_state = 32, .str_ascii_size = 48, .str_compact_size = 72,
+        .str_data = 72, .py2_unicode_width = 0, .bytes_size = 16, .bytes_sval = 32,
+        /* _PyStackChunk */
+        .chunk_previous = X, .chunk_size = X, .chunk_data = X,
+        /* for thread names: modules, types, dicts, instances, ints */
+        .is_modules = 856, .md_dict = 16, .tp_basicsize = 32, .tp_dictoffset = 288,
+        .ht_cached_keys = X, .dict_keys = 32, .dict_values = 40, .dict_mask = X, .dk_size = 8,
+        .dk_log2_index_bytes = X, .dk_kind = X, .dk_nentries = 32, .dk_indices = 40,
+        .values_values = 0, .values_valid = X, .pre_dict = X, .pre_values = X, .int_value = X,
+        .int_digits = 24,
+    },
+    {UNSET_OFFSETS, .name = "3.10", .major = 3, .minor = 10, .free_threaded = false,
+        /* kinds */
+        .frames = FO, .lasti = LU, .linetable = T10, .strings = PEP, .gil = GR, .dicts = D36,
+        .attrs = AD, .ints = IS,
+        /* PyObject, PyTypeObject */
+        .ob_type = 8, .ob_size = 16, .tp_flags = 168,
+        /* _PyRuntimeState */
+        .rt_interp_head = 32, .rt_tstate_current = 568,
+        /* PyInterpreterState, its GIL */
+        .is_next = 0, .is_threads_head = 8, .is_id = 24, .is_ceval_gil = X, .gil_enabled = X,
+        .gil_locked = X, .gil_holder = X,
+        /* PyThreadState */
+        .ts_next = 8, .ts_interp = 16, .ts_frame = 24, .ts_thread_id = 176, .ts_native_tid = X,
+        .ts_datastack_chunk = X, .ts_datastack_top = X, .ts_state = X, .ts_base_frame = X,
+        .cframe_current = X,
+        /* frames */
+        .fr_back = 24, .fr_code = 32, .fr_lasti = 96, .fr_state = 108, .fr_state_kind = 2,
+        .fr_owner = X, .fr_tlbc_index = X, .fr_code_mask = X, .owner_generator = 127,
+        .owner_skip_from = 127, .executable_any = 0, .init_shim = 0,
+        /* PyCodeObject */
+        .co_filename = 104, .co_name = 112, .co_qualname = X, .co_linetable = 120,
+        .co_firstlineno = 40, .co_firsttraceable = X, .co_code_adaptive = X, .co_tlbc = X,
+        .co_code = 48,
+        /* str, bytes */
+        .str_length = 16, .str_state = 32, .str_ascii_size = 48, .str_compact_size = 72,
+        .str_data = 72, .py2_unicode_width = 0, .bytes_size = 16, .bytes_sval = 32,
+        /* _PyStackChunk */
+        .chunk_previous = X, .chunk_size = X, .chunk_data = X,
+        /* for thread names: modules, types, dicts, instances, ints */
+        .is_modules = 856, .md_dict = 16, .tp_basicsize = 32, .tp_dictoffset = 288,
+        .ht_cached_keys = X, .dict_keys = 32, .dict_values = 40, .dict_mask = X, .dk_size = 8,
+        .dk_log2_index_bytes = X, .dk_kind = X, .dk_nentries = 32, .dk_indices = 40,
+        .values_values = 0, .values_valid = X, .pre_dict = X, .pre_values = X, .int_value = X,
+        .int_digits = 24,
+    },
+    {UNSET_OFFSETS, .name = "3.11", .major = 3, .minor = 11, .free_threaded = false,
+        /* kinds */
+        .frames = FI, .lasti = LP, .linetable = T11, .strings = PEP, .gil = GR, .dicts = DK3,
+        .attrs = AM, .ints = IS,
+        /* PyObject, PyTypeObject */
+        .ob_type = 8, .ob_size = 16, .tp_flags = 168,
+        /* _PyRuntimeState */
+        .rt_interp_head = 40, .rt_tstate_current = 576,
+        /* PyInterpreterState, its GIL */
+        .is_next = 0, .is_threads_head = 16, .is_id = 48, .is_ceval_gil = X, .gil_enabled = X,
+        .gil_locked = X, .gil_holder = X,
+        /* PyThreadState */
+        .ts_next = 8, .ts_interp = 16, .ts_frame = 56, .ts_thread_id = 152, .ts_native_tid = 160,
+        .ts_datastack_chunk = 296, .ts_datastack_top = 304, .ts_state = X, .ts_base_frame = X,
+        .cframe_current = 8,
+        /* frames */
+        .fr_back = 48, .fr_code = 32, .fr_lasti = 56, .fr_state = X, .fr_state_kind = 0,
+        .fr_owner = 69, .fr_tlbc_index = X, .fr_code_mask = X, .owner_generator = 1,
+        .owner_skip_from = 127, .executable_any = 0, .init_shim = 0,
+        /* PyCodeObject */
+        .co_filename = 112, .co_name = 120, .co_qualname = 128, .co_linetable = 136,
+        .co_firstlineno = 72, .co_firsttraceable = 168, .co_code_adaptive = 184, .co_tlbc = X,
+        .co_code = X,
+        /* str, bytes */
+        .str_length = 16, .str_state = 32, .str_ascii_size = 48, .str_compact_size = 72,
+        .str_data = 72, .py2_unicode_width = 0, .bytes_size = 16, .bytes_sval = 32,
+        /* _PyStackChunk */
+        .chunk_previous = 0, .chunk_size = 8, .chunk_data = 24,
+        /* for thread names: modules, types, dicts, instances, ints */
+        .is_modules = 888, .md_dict = 16, .tp_basicsize = 32, .tp_dictoffset = 288,
+        .ht_cached_keys = 872, .dict_keys = 32, .dict_values = 40, .dict_mask = X, .dk_size = 8,
+        .dk_log2_index_bytes = 9, .dk_kind = 10, .dk_nentries = 24, .dk_indices = 32,
+        .values_values = 0, .values_valid = X, .pre_dict = 24, .pre_values = 32, .int_value = X,
+        .int_digits = 24,
+    },
+    {UNSET_OFFSETS, .name = "3.12", .major = 3, .minor = 12, .free_threaded = false,
+        /* kinds */
+        .frames = FI, .lasti = LP, .linetable = T11, .strings = PEP, .gil = GI, .dicts = DK3,
+        .attrs = AT, .ints = IT,
+        /* PyObject, PyTypeObject */
+        .ob_type = 8, .ob_size = 16, .tp_flags = 168,
+        /* _PyRuntimeState */
+        .rt_interp_head = 40, .rt_tstate_current = X,
+        /* PyInterpreterState, its GIL */
+        .is_next = 0, .is_threads_head = 72, .is_id = 8, .is_ceval_gil = 384, .gil_enabled = X,
+        .gil_locked = 16, .gil_holder = 8,
+        /* PyThreadState */
+        .ts_next = 8, .ts_interp = 16, .ts_frame = 56, .ts_thread_id = 136, .ts_native_tid = 144,
+        .ts_datastack_chunk = 232, .ts_datastack_top = 240, .ts_state = X, .ts_base_frame = X,
+        .cframe_current = 0,
+        /* frames */
+        .fr_back = 8, .fr_code = 0, .fr_lasti = 56, .fr_state = X, .fr_state_kind = 0,
+        .fr_owner = 70, .fr_tlbc_index = X, .fr_code_mask = X, .owner_generator = 1,
+        .owner_skip_from = 3, .executable_any = 0, .init_shim = 0,
+        /* PyCodeObject */
+        .co_filename = 112, .co_name = 120, .co_qualname = 128, .co_linetable = 136,
+        .co_firstlineno = 68, .co_firsttraceable = 176, .co_code_adaptive = 192, .co_tlbc = X,
+        .co_code = X,
+        /* str, bytes */
+        .str_length = 16, .str_state = 32, .str_ascii_size = 40, .str_compact_size = 56,
+        .str_data = 56, .py2_unicode_width = 0, .bytes_size = 16, .bytes_sval = 32,
+        /* _PyStackChunk */
+        .chunk_previous = 0, .chunk_size = 8, .chunk_data = 24,
+        /* for thread names: modules, types, dicts, instances, ints */
+        .is_modules = 944, .md_dict = 16, .tp_basicsize = 32, .tp_dictoffset = 288,
+        .ht_cached_keys = 880, .dict_keys = 32, .dict_values = 40, .dict_mask = X, .dk_size = 8,
+        .dk_log2_index_bytes = 9, .dk_kind = 10, .dk_nentries = 24, .dk_indices = 32,
+        .values_values = 0, .values_valid = X, .pre_dict = 24, .pre_values = X, .int_value = 16,
+        .int_digits = 24,
+    },
+    {UNSET_OFFSETS, .name = "3.13", .major = 3, .minor = 13, .free_threaded = false,
+        /* kinds */
+        .frames = FI, .lasti = LP, .linetable = T11, .strings = PEP, .gil = GI, .dicts = DK3,
+        .attrs = AI, .ints = IT,
+        /* PyObject, PyTypeObject */
+        .ob_type = D, .ob_size = 16, .tp_flags = D,
+        /* _PyRuntimeState */
+        .rt_interp_head = D, .rt_tstate_current = X,
+        /* PyInterpreterState, its GIL */
+        .is_next = D, .is_threads_head = D, .is_id = D, .is_ceval_gil = D, .gil_enabled = X,
+        .gil_locked = D, .gil_holder = D,
+        /* PyThreadState */
+        .ts_next = D, .ts_interp = D, .ts_frame = D, .ts_thread_id = D, .ts_native_tid = D,
+        .ts_datastack_chunk = D, .ts_datastack_top = D8, .ts_state = 40, .ts_base_frame = X,
+        .cframe_current = X,
+        /* frames */
+        .fr_back = D, .fr_code = D, .fr_lasti = D, .fr_state = X, .fr_state_kind = 0, .fr_owner = D,
+        .fr_tlbc_index = X, .fr_code_mask = X, .owner_generator = 1, .owner_skip_from = 3,
+        .executable_any = 1, .init_shim = 1,
+        /* PyCodeObject */
+        .co_filename = D, .co_name = D, .co_qualname = D, .co_linetable = D, .co_firstlineno = D,
+        .co_firsttraceable = 184, .co_code_adaptive = D, .co_tlbc = X, .co_code = X,
+        /* str, bytes */
+        .str_length = D, .str_state = D, .str_ascii_size = D, .str_compact_size = 56,
+        .str_data = 56, .py2_unicode_width = 0, .bytes_size = D, .bytes_sval = D,
+        /* _PyStackChunk */
+        .chunk_previous = 0, .chunk_size = 8, .chunk_data = 24,
+        /* for thread names: modules, types, dicts, instances, ints */
+        .is_modules = D, .md_dict = 16, .tp_basicsize = 32, .tp_dictoffset = 288,
+        .ht_cached_keys = 880, .dict_keys = D, .dict_values = D, .dict_mask = X, .dk_size = 8,
+        .dk_log2_index_bytes = 9, .dk_kind = 10, .dk_nentries = 24, .dk_indices = 32,
+        .values_values = 8, .values_valid = 3, .pre_dict = 24, .pre_values = X, .int_value = D,
+        .int_digits = D,
+    },
+    {UNSET_OFFSETS, .name = "3.13t", .major = 3, .minor = 13, .free_threaded = true,
+        /* kinds */
+        .frames = FI, .lasti = LP, .linetable = T11, .strings = PEP, .gil = GI, .dicts = DK3,
+        .attrs = AI, .ints = IT,
+        /* PyObject, PyTypeObject */
+        .ob_type = D, .ob_size = 32, .tp_flags = D,
+        /* _PyRuntimeState */
+        .rt_interp_head = D, .rt_tstate_current = X,
+        /* PyInterpreterState, its GIL */
+        .is_next = D, .is_threads_head = D, .is_id = D, .is_ceval_gil = D, .gil_enabled = D,
+        .gil_locked = D, .gil_holder = D,
+        /* PyThreadState */
+        .ts_next = D, .ts_interp = D, .ts_frame = D, .ts_thread_id = D, .ts_native_tid = D,
+        .ts_datastack_chunk = D, .ts_datastack_top = D8, .ts_state = 40, .ts_base_frame = X,
+        .cframe_current = X,
+        /* frames */
+        .fr_back = D, .fr_code = D, .fr_lasti = D, .fr_state = X, .fr_state_kind = 0, .fr_owner = D,
+        .fr_tlbc_index = X, .fr_code_mask = X, .owner_generator = 1, .owner_skip_from = 3,
+        .executable_any = 1, .init_shim = 1,
+        /* PyCodeObject */
+        .co_filename = D, .co_name = D, .co_qualname = D, .co_linetable = D, .co_firstlineno = D,
+        .co_firsttraceable = 200, .co_code_adaptive = D, .co_tlbc = X, .co_code = X,
+        /* str, bytes */
+        .str_length = D, .str_state = D, .str_ascii_size = D, .str_compact_size = 72,
+        .str_data = 72, .py2_unicode_width = 0, .bytes_size = D, .bytes_sval = D,
+        /* _PyStackChunk */
+        .chunk_previous = 0, .chunk_size = 8, .chunk_data = 24,
+        /* for thread names: modules, types, dicts, instances, ints */
+        .is_modules = D, .md_dict = 32, .tp_basicsize = 48, .tp_dictoffset = 304,
+        .ht_cached_keys = 896, .dict_keys = D, .dict_values = D, .dict_mask = X, .dk_size = 8,
+        .dk_log2_index_bytes = 9, .dk_kind = 10, .dk_nentries = 24, .dk_indices = 32,
+        .values_values = 8, .values_valid = 3, .pre_dict = 8, .pre_values = X, .int_value = D,
+        .int_digits = D,
+    },
+    {UNSET_OFFSETS, .name = "3.14", .major = 3, .minor = 14, .free_threaded = false,
+        /* kinds */
+        .frames = FI, .lasti = LP, .linetable = T11, .strings = PEP, .gil = GI, .dicts = DK3,
+        .attrs = AI, .ints = IT,
+        /* PyObject, PyTypeObject */
+        .ob_type = D, .ob_size = 16, .tp_flags = D,
+        /* _PyRuntimeState */
+        .rt_interp_head = D, .rt_tstate_current = X,
+        /* PyInterpreterState, its GIL */
+        .is_next = D, .is_threads_head = D, .is_id = D, .is_ceval_gil = D, .gil_enabled = X,
+        .gil_locked = D, .gil_holder = D,
+        /* PyThreadState */
+        .ts_next = D, .ts_interp = D, .ts_frame = D, .ts_thread_id = D, .ts_native_tid = D,
+        .ts_datastack_chunk = D, .ts_datastack_top = D8, .ts_state = 44, .ts_base_frame = X,
+        .cframe_current = X,
+        /* frames */
+        .fr_back = D, .fr_code = D, .fr_lasti = D, .fr_state = X, .fr_state_kind = 0, .fr_owner = D,
+        .fr_tlbc_index = X, .fr_code_mask = ~3, .owner_generator = 1, .owner_skip_from = 3,
+        .executable_any = 1, .init_shim = 1,
+        /* PyCodeObject */
+        .co_filename = D, .co_name = D, .co_qualname = D, .co_linetable = D, .co_firstlineno = D,
+        .co_firsttraceable = 192, .co_code_adaptive = D, .co_tlbc = X, .co_code = X,
+        /* str, bytes */
+        .str_length = D, .str_state = D, .str_ascii_size = D, .str_compact_size = 56,
+        .str_data = 56, .py2_unicode_width = 0, .bytes_size = D, .bytes_sval = D,
+        /* _PyStackChunk */
+        .chunk_previous = 0, .chunk_size = 8, .chunk_data = 24,
+        /* for thread names: modules, types, dicts, instances, ints */
+        .is_modules = D, .md_dict = 16, .tp_basicsize = 32, .tp_dictoffset = 288,
+        .ht_cached_keys = 880, .dict_keys = D, .dict_values = D, .dict_mask = X, .dk_size = 8,
+        .dk_log2_index_bytes = 9, .dk_kind = 10, .dk_nentries = 24, .dk_indices = 32,
+        .values_values = 8, .values_valid = 3, .pre_dict = 24, .pre_values = X, .int_value = D,
+        .int_digits = D,
+    },
+    {UNSET_OFFSETS, .name = "3.14t", .major = 3, .minor = 14, .free_threaded = true,
+        /* kinds */
+        .frames = FI, .lasti = LP, .linetable = T11, .strings = PB0, .gil = GI, .dicts = DK3,
+        .attrs = AI, .ints = IT,
+        /* PyObject, PyTypeObject */
+        .ob_type = D, .ob_size = 32, .tp_flags = D,
+        /* _PyRuntimeState */
+        .rt_interp_head = D, .rt_tstate_current = X,
+        /* PyInterpreterState, its GIL */
+        .is_next = D, .is_threads_head = D, .is_id = D, .is_ceval_gil = D, .gil_enabled = D,
+        .gil_locked = D, .gil_holder = D,
+        /* PyThreadState */
+        .ts_next = D, .ts_interp = D, .ts_frame = D, .ts_thread_id = D, .ts_native_tid = D,
+        .ts_datastack_chunk = D, .ts_datastack_top = D8, .ts_state = 44, .ts_base_frame = X,
+        .cframe_current = X,
+        /* frames */
+        .fr_back = D, .fr_code = D, .fr_lasti = D, .fr_state = X, .fr_state_kind = 0, .fr_owner = D,
+        .fr_tlbc_index = D, .fr_code_mask = ~3, .owner_generator = 1, .owner_skip_from = 3,
+        .executable_any = 1, .init_shim = 1,
+        /* PyCodeObject */
+        .co_filename = D, .co_name = D, .co_qualname = D, .co_linetable = D, .co_firstlineno = D,
+        .co_firsttraceable = 208, .co_code_adaptive = D, .co_tlbc = D, .co_code = X,
+        /* str, bytes */
+        .str_length = D, .str_state = D, .str_ascii_size = D, .str_compact_size = 72,
+        .str_data = 72, .py2_unicode_width = 0, .bytes_size = D, .bytes_sval = D,
+        /* _PyStackChunk */
+        .chunk_previous = 0, .chunk_size = 8, .chunk_data = 24,
+        /* for thread names: modules, types, dicts, instances, ints */
+        .is_modules = D, .md_dict = 32, .tp_basicsize = 48, .tp_dictoffset = 304,
+        .ht_cached_keys = 896, .dict_keys = D, .dict_values = D, .dict_mask = X, .dk_size = 8,
+        .dk_log2_index_bytes = 9, .dk_kind = 10, .dk_nentries = 24, .dk_indices = 32,
+        .values_values = 8, .values_valid = 3, .pre_dict = 8, .pre_values = X, .int_value = D,
+        .int_digits = D,
+    },
+    {UNSET_OFFSETS, .name = "3.15", .major = 3, .minor = 15, .free_threaded = false,
+        /* kinds */
+        .frames = FI, .lasti = LP, .linetable = T11, .strings = PEP, .gil = GI, .dicts = DK3,
+        .attrs = AI, .ints = IT,
+        /* PyObject, PyTypeObject */
+        .ob_type = D, .ob_size = 16, .tp_flags = 168,
+        /* _PyRuntimeState */
+        .rt_interp_head = D, .rt_tstate_current = X,
+        /* PyInterpreterState, its GIL */
+        .is_next = D, .is_threads_head = D, .is_id = D, .is_ceval_gil = D, .gil_enabled = X,
+        .gil_locked = D, .gil_holder = D,
+        /* PyThreadState */
+        .ts_next = D, .ts_interp = D, .ts_frame = D, .ts_thread_id = D, .ts_native_tid = D,
+        .ts_datastack_chunk = D, .ts_datastack_top = D8, .ts_state = 44, .ts_base_frame = D,
+        .cframe_current = X,
+        /* frames */
+        .fr_back = D, .fr_code = D, .fr_lasti = D, .fr_state = X, .fr_state_kind = 0, .fr_owner = D,
+        .fr_tlbc_index = X, .fr_code_mask = ~3, .owner_generator = 1, .owner_skip_from = 3,
+        .executable_any = 1, .init_shim = 1,
+        /* PyCodeObject */
+        .co_filename = D, .co_name = D, .co_qualname = D, .co_linetable = D, .co_firstlineno = D,
+        .co_firsttraceable = X, .co_code_adaptive = D, .co_tlbc = X, .co_code = X,
+        /* str, bytes */
+        .str_length = 16, .str_state = 32, .str_ascii_size = 40, .str_compact_size = 56,
+        .str_data = 56, .py2_unicode_width = 0, .bytes_size = 16, .bytes_sval = 32,
+        /* _PyStackChunk */
+        .chunk_previous = 0, .chunk_size = 8, .chunk_data = 24,
+        /* for thread names: modules, types, dicts, instances, ints */
+        .is_modules = D, .md_dict = 16, .tp_basicsize = 32, .tp_dictoffset = 288,
+        .ht_cached_keys = X, .dict_keys = 32, .dict_values = 40, .dict_mask = X, .dk_size = 8,
+        .dk_log2_index_bytes = 9, .dk_kind = 10, .dk_nentries = 24, .dk_indices = 32,
+        .values_values = 8, .values_valid = 3, .pre_dict = 24, .pre_values = X, .int_value = 16,
+        .int_digits = 24,
+    },
+    {UNSET_OFFSETS, .name = "3.15t", .major = 3, .minor = 15, .free_threaded = true,
+        /* kinds */
+        .frames = FI, .lasti = LP, .linetable = T11, .strings = PB0, .gil = GI, .dicts = DK3,
+        .attrs = AI, .ints = IT,
+        /* PyObject, PyTypeObject */
+        .ob_type = D, .ob_size = 32, .tp_flags = 184,
+        /* _PyRuntimeState */
+        .rt_interp_head = D, .rt_tstate_current = X,
+        /* PyInterpreterState, its GIL */
+        .is_next = D, .is_threads_head = D, .is_id = D, .is_ceval_gil = D, .gil_enabled = D,
+        .gil_locked = D, .gil_holder = D,
+        /* PyThreadState */
+        .ts_next = D, .ts_interp = D, .ts_frame = D, .ts_thread_id = D, .ts_native_tid = D,
+        .ts_datastack_chunk = D, .ts_datastack_top = D8, .ts_state = 44, .ts_base_frame = D,
+        .cframe_current = X,
+        /* frames */
+        .fr_back = D, .fr_code = D, .fr_lasti = D, .fr_state = X, .fr_state_kind = 0, .fr_owner = D,
+        .fr_tlbc_index = D, .fr_code_mask = ~3, .owner_generator = 1, .owner_skip_from = 3,
+        .executable_any = 1, .init_shim = 1,
+        /* PyCodeObject */
+        .co_filename = D, .co_name = D, .co_qualname = D, .co_linetable = D, .co_firstlineno = D,
+        .co_firsttraceable = X, .co_code_adaptive = D, .co_tlbc = D, .co_code = X,
+        /* str, bytes */
+        .str_length = 32, .str_state = 48, .str_ascii_size = 56, .str_compact_size = 72,
+        .str_data = 72, .py2_unicode_width = 0, .bytes_size = 32, .bytes_sval = 48,
+        /* _PyStackChunk */
+        .chunk_previous = 0, .chunk_size = 8, .chunk_data = 24,
+        /* for thread names: modules, types, dicts, instances, ints */
+        .is_modules = D, .md_dict = 32, .tp_basicsize = 48, .tp_dictoffset = 304,
+        .ht_cached_keys = X, .dict_keys = 48, .dict_values = 56, .dict_mask = X, .dk_size = 8,
+        .dk_log2_index_bytes = 9, .dk_kind = 10, .dk_nentries = 24, .dk_indices = 32,
+        .values_values = 8, .values_valid = 3, .pre_dict = 8, .pre_values = X, .int_value = 32,
+        .int_digits = 40,
+    },
+};
+// clang-format on
+#pragma GCC diagnostic pop
+
+#define N_BUILDS        (sizeof(builds) / sizeof(builds[0]))
+#define N_OFFSET_FIELDS (sizeof(offset_fields) / sizeof(offset_fields[0]))
 
 /*
  * Patch-level exceptions to `rows`: 3.7.0-3.7.3 kept gilstate.tstate_current
@@ -211,7 +660,7 @@ static const struct patch {
         size_t off;
         int32_t value;
 } patches[] = {
-    {7, 3, offsetof(struct pylayout, rt_tstate_current), 1392},
+    {7, 3, OFF(rt_tstate_current), 1392},
 };
 
 /* ---- _Py_DebugOffsets ----------------------------------------------------- */
@@ -219,21 +668,173 @@ static const struct patch {
 /* Sub-structs of _Py_DebugOffsets, each starting with its `size` field. */
 enum dgroup { G_RT, G_IS, G_TS, G_FR, G_CO, G_OB, G_TY, G_BY, G_UN, G_DI, G_LO, N_GROUPS };
 
-/* Minor versions with debug offsets: column index into the position arrays. */
-enum { V13, V14, V15, N_DBG_VERSIONS };
+/* Where _Py_DebugOffsets keeps the offset of each field it gives us (0: not there). */
+struct dbg_positions {
+        uint16_t rt_interp_head, is_id, is_next, is_threads_head, is_ceval_gil, gil_enabled,
+            gil_locked, gil_holder, ts_next, ts_interp, ts_frame, ts_base_frame, ts_thread_id,
+            ts_native_tid, ts_datastack_chunk, fr_back, fr_code, fr_lasti, fr_owner, fr_tlbc_index,
+            co_filename, co_name, co_qualname, co_linetable, co_firstlineno, co_code_adaptive,
+            co_tlbc, ob_type, tp_flags, bytes_size, bytes_sval, str_state, str_length,
+            str_ascii_size, is_modules, dict_keys, dict_values, int_value, int_digits;
+};
 
 static const struct dbg_version {
         uint8_t minor;
         uint16_t min_len;            /* sizeof(_Py_DebugOffsets) */
         uint16_t size_pos[N_GROUPS]; /* position of each group's `size` */
-        /* Plausible struct sizes (bytes) of each group: [min, max]. */
-} dbg_versions[N_DBG_VERSIONS] = {
-    /*                      RT  IS   TS   FR   CO   OB   TY   BY   UN   DI   LO */
-    [V13] = {13, 584, {24, 48, 152, 224, 272, 352, 368, 512, 536, 448, 488}},
-    [V14] = {14, 760, {24, 48, 176, 248, 312, 400, 416, 592, 616, 528, 568}},
-    /* 3.15 [U]: groups after pyobject are not used (supplement instead) */
-    [V15] = {15, 888, {24, 48, 176, 312, 376, 464, 0, 0, 0, 0, 0}},
+        uint16_t gil_rs_pos;         /* of the gil struct's offset in PyInterpreterState */
+        struct dbg_positions at;
+} dbg_versions[] = {
+    {
+        .minor = 13,
+        .min_len = 584,
+        /*           RT  IS  TS   FR   CO   OB   TY   BY   UN   DI   LO */
+        .size_pos = {24, 48, 152, 224, 272, 352, 368, 512, 536, 448, 488},
+        .gil_rs_pos = 120,
+        .at =
+            {
+                .rt_interp_head = 40,
+                .is_id = 56,
+                .is_next = 64,
+                .is_threads_head = 72,
+                .is_ceval_gil = 112,
+                .gil_enabled = 128,
+                .gil_locked = 136,
+                .gil_holder = 144,
+                .ts_next = 168,
+                .ts_interp = 176,
+                .ts_frame = 184,
+                .ts_base_frame = 0,
+                .ts_thread_id = 192,
+                .ts_native_tid = 200,
+                .ts_datastack_chunk = 208,
+                .fr_back = 232,
+                .fr_code = 240,
+                .fr_lasti = 248,
+                .fr_owner = 264,
+                .fr_tlbc_index = 0,
+                .co_filename = 280,
+                .co_name = 288,
+                .co_qualname = 296,
+                .co_linetable = 304,
+                .co_firstlineno = 312,
+                .co_code_adaptive = 344,
+                .co_tlbc = 0,
+                .ob_type = 360,
+                .tp_flags = 392,
+                .bytes_size = 520,
+                .bytes_sval = 528,
+                .str_state = 544,
+                .str_length = 552,
+                .str_ascii_size = 560,
+                .is_modules = 88,
+                .dict_keys = 456,
+                .dict_values = 464,
+                .int_value = 496,
+                .int_digits = 504,
+            },
+    },
+    {
+        .minor = 14,
+        .min_len = 760,
+        /*           RT  IS  TS   FR   CO   OB   TY   BY   UN   DI   LO */
+        .size_pos = {24, 48, 176, 248, 312, 400, 416, 592, 616, 528, 568},
+        .gil_rs_pos = 128,
+        .at =
+            {
+                .rt_interp_head = 40,
+                .is_id = 56,
+                .is_next = 64,
+                .is_threads_head = 72,
+                .is_ceval_gil = 120,
+                .gil_enabled = 136,
+                .gil_locked = 144,
+                .gil_holder = 152,
+                .ts_next = 192,
+                .ts_interp = 200,
+                .ts_frame = 208,
+                .ts_base_frame = 0,
+                .ts_thread_id = 216,
+                .ts_native_tid = 224,
+                .ts_datastack_chunk = 232,
+                .fr_back = 256,
+                .fr_code = 264,
+                .fr_lasti = 272,
+                .fr_owner = 288,
+                .fr_tlbc_index = 304,
+                .co_filename = 320,
+                .co_name = 328,
+                .co_qualname = 336,
+                .co_linetable = 344,
+                .co_firstlineno = 352,
+                .co_code_adaptive = 384,
+                .co_tlbc = 392,
+                .ob_type = 408,
+                .tp_flags = 440,
+                .bytes_size = 600,
+                .bytes_sval = 608,
+                .str_state = 624,
+                .str_length = 632,
+                .str_ascii_size = 640,
+                .is_modules = 96,
+                .dict_keys = 536,
+                .dict_values = 544,
+                .int_value = 576,
+                .int_digits = 584,
+            },
+    },
+    {
+        /* 3.15 [U]: groups after pyobject are not used (supplement instead) */
+        .minor = 15,
+        .min_len = 888,
+        /*           RT  IS  TS   FR   CO   OB   TY   BY   UN   DI   LO */
+        .size_pos = {24, 48, 176, 312, 376, 464, 0, 0, 0, 0, 0},
+        .gil_rs_pos = 128,
+        .at =
+            {
+                .rt_interp_head = 40,
+                .is_id = 56,
+                .is_next = 64,
+                .is_threads_head = 72,
+                .is_ceval_gil = 120,
+                .gil_enabled = 136,
+                .gil_locked = 144,
+                .gil_holder = 152,
+                .ts_next = 192,
+                .ts_interp = 200,
+                .ts_frame = 208,
+                .ts_base_frame = 216,
+                .ts_thread_id = 240,
+                .ts_native_tid = 248,
+                .ts_datastack_chunk = 256,
+                .fr_back = 320,
+                .fr_code = 328,
+                .fr_lasti = 336,
+                .fr_owner = 352,
+                .fr_tlbc_index = 368,
+                .co_filename = 384,
+                .co_name = 392,
+                .co_qualname = 400,
+                .co_linetable = 408,
+                .co_firstlineno = 416,
+                .co_code_adaptive = 448,
+                .co_tlbc = 456,
+                .ob_type = 472,
+                .tp_flags = 0,
+                .bytes_size = 0,
+                .bytes_sval = 0,
+                .str_state = 0,
+                .str_length = 0,
+                .str_ascii_size = 0,
+                .is_modules = 96,
+                .dict_keys = 0,
+                .dict_values = 0,
+                .int_value = 0,
+                .int_digits = 0,
+            },
+    },
 };
+#define N_DBG_VERSIONS (sizeof(dbg_versions) / sizeof(dbg_versions[0]))
 
 /* Plausible sizes of the described structs, to reject garbage offsets. */
 static const uint32_t group_max_size[N_GROUPS] = {
@@ -254,89 +855,74 @@ enum dxform {
         DX_NAMES,        /* offset as is, only thread names need it: implausible leaves it -1 */
 };
 
-#define DG(field) offsetof(struct pylayout, field)
-static const struct dbg_row {
-        size_t off;
+/* What each position holds, and how its value is checked and used. */
+#define POS(field) offsetof(struct dbg_positions, field)
+static const struct dbg_field {
+        size_t off; /* in struct pylayout */
+        size_t pos; /* in struct dbg_positions */
         enum dgroup group;
         enum dxform xform;
-        uint8_t width;                /* bytes of the field, for the bounds check */
-        uint16_t pos[N_DBG_VERSIONS]; /* 0: not in that version */
-} dbg_rows[] = {
-    /*                                             3.13 3.14 3.15 */
-    {DG(rt_interp_head), G_RT, DX_PLAIN, 8, {40, 40, 40}},
-    {DG(is_id), G_IS, DX_PLAIN, 8, {56, 56, 56}},
-    {DG(is_next), G_IS, DX_PLAIN, 8, {64, 64, 64}},
-    {DG(is_threads_head), G_IS, DX_PLAIN, 8, {72, 72, 72}},
-    {DG(is_ceval_gil), G_IS, DX_PLAIN, 8, {112, 120, 120}},
-    {DG(gil_enabled), G_IS, DX_SMALL, 8, {128, 136, 136}},
-    {DG(gil_locked), G_IS, DX_GIL_RELATIVE, 8, {136, 144, 144}},
-    {DG(gil_holder), G_IS, DX_GIL_RELATIVE, 8, {144, 152, 152}},
-    {DG(ts_next), G_TS, DX_PLAIN, 8, {168, 192, 192}},
-    {DG(ts_interp), G_TS, DX_PLAIN, 8, {176, 200, 200}},
-    {DG(ts_frame), G_TS, DX_PLAIN, 8, {184, 208, 208}},
-    {DG(ts_base_frame), G_TS, DX_NONZERO, 8, {0, 0, 216}},
-    {DG(ts_thread_id), G_TS, DX_PLAIN, 8, {192, 216, 240}},
-    {DG(ts_native_tid), G_TS, DX_PLAIN, 8, {200, 224, 248}},
-    {DG(ts_datastack_chunk), G_TS, DX_PLAIN, 8, {208, 232, 256}},
-    {DG(fr_back), G_FR, DX_PLAIN, 8, {232, 256, 320}},
-    {DG(fr_code), G_FR, DX_PLAIN, 8, {240, 264, 328}},
-    {DG(fr_lasti), G_FR, DX_PLAIN, 8, {248, 272, 336}},
-    {DG(fr_owner), G_FR, DX_PLAIN, 1, {264, 288, 352}},
-    {DG(fr_tlbc_index), G_FR, DX_NONZERO, 4, {0, 304, 368}},
-    {DG(co_filename), G_CO, DX_PLAIN, 8, {280, 320, 384}},
-    {DG(co_name), G_CO, DX_PLAIN, 8, {288, 328, 392}},
-    {DG(co_qualname), G_CO, DX_PLAIN, 8, {296, 336, 400}},
-    {DG(co_linetable), G_CO, DX_PLAIN, 8, {304, 344, 408}},
-    {DG(co_firstlineno), G_CO, DX_PLAIN, 4, {312, 352, 416}},
-    {DG(co_code_adaptive), G_CO, DX_PLAIN, 1, {344, 384, 448}},
-    {DG(co_tlbc), G_CO, DX_NONZERO, 8, {0, 392, 456}},
-    {DG(ob_type), G_OB, DX_PLAIN, 8, {360, 408, 472}},
-    {DG(tp_flags), G_TY, DX_PLAIN, 8, {392, 440, 0}},
-    {DG(bytes_size), G_BY, DX_PLAIN, 8, {520, 600, 0}},
-    {DG(bytes_sval), G_BY, DX_PLAIN, 1, {528, 608, 0}},
-    {DG(str_state), G_UN, DX_PLAIN, 4, {544, 624, 0}},
-    {DG(str_length), G_UN, DX_PLAIN, 8, {552, 632, 0}},
-    {DG(str_ascii_size), G_UN, DX_SMALL, 8, {560, 640, 0}},
-    {DG(is_modules), G_IS, DX_NAMES, 8, {88, 96, 96}},
-    {DG(dict_keys), G_DI, DX_NAMES, 8, {456, 536, 0}},
-    {DG(dict_values), G_DI, DX_NAMES, 8, {464, 544, 0}},
-    {DG(int_value), G_LO, DX_NAMES, 8, {496, 576, 0}},
-    {DG(int_digits), G_LO, DX_NAMES, 4, {504, 584, 0}},
+        uint8_t width; /* bytes of the field, for the bounds check */
+} dbg_fields[] = {
+    {OFF(rt_interp_head), POS(rt_interp_head), G_RT, DX_PLAIN, 8},
+    {OFF(is_id), POS(is_id), G_IS, DX_PLAIN, 8},
+    {OFF(is_next), POS(is_next), G_IS, DX_PLAIN, 8},
+    {OFF(is_threads_head), POS(is_threads_head), G_IS, DX_PLAIN, 8},
+    {OFF(is_ceval_gil), POS(is_ceval_gil), G_IS, DX_PLAIN, 8},
+    {OFF(gil_enabled), POS(gil_enabled), G_IS, DX_SMALL, 8},
+    {OFF(gil_locked), POS(gil_locked), G_IS, DX_GIL_RELATIVE, 8},
+    {OFF(gil_holder), POS(gil_holder), G_IS, DX_GIL_RELATIVE, 8},
+    {OFF(ts_next), POS(ts_next), G_TS, DX_PLAIN, 8},
+    {OFF(ts_interp), POS(ts_interp), G_TS, DX_PLAIN, 8},
+    {OFF(ts_frame), POS(ts_frame), G_TS, DX_PLAIN, 8},
+    {OFF(ts_base_frame), POS(ts_base_frame), G_TS, DX_NONZERO, 8},
+    {OFF(ts_thread_id), POS(ts_thread_id), G_TS, DX_PLAIN, 8},
+    {OFF(ts_native_tid), POS(ts_native_tid), G_TS, DX_PLAIN, 8},
+    {OFF(ts_datastack_chunk), POS(ts_datastack_chunk), G_TS, DX_PLAIN, 8},
+    {OFF(fr_back), POS(fr_back), G_FR, DX_PLAIN, 8},
+    {OFF(fr_code), POS(fr_code), G_FR, DX_PLAIN, 8},
+    {OFF(fr_lasti), POS(fr_lasti), G_FR, DX_PLAIN, 8},
+    {OFF(fr_owner), POS(fr_owner), G_FR, DX_PLAIN, 1},
+    {OFF(fr_tlbc_index), POS(fr_tlbc_index), G_FR, DX_NONZERO, 4},
+    {OFF(co_filename), POS(co_filename), G_CO, DX_PLAIN, 8},
+    {OFF(co_name), POS(co_name), G_CO, DX_PLAIN, 8},
+    {OFF(co_qualname), POS(co_qualname), G_CO, DX_PLAIN, 8},
+    {OFF(co_linetable), POS(co_linetable), G_CO, DX_PLAIN, 8},
+    {OFF(co_firstlineno), POS(co_firstlineno), G_CO, DX_PLAIN, 4},
+    {OFF(co_code_adaptive), POS(co_code_adaptive), G_CO, DX_PLAIN, 1},
+    {OFF(co_tlbc), POS(co_tlbc), G_CO, DX_NONZERO, 8},
+    {OFF(ob_type), POS(ob_type), G_OB, DX_PLAIN, 8},
+    {OFF(tp_flags), POS(tp_flags), G_TY, DX_PLAIN, 8},
+    {OFF(bytes_size), POS(bytes_size), G_BY, DX_PLAIN, 8},
+    {OFF(bytes_sval), POS(bytes_sval), G_BY, DX_PLAIN, 1},
+    {OFF(str_state), POS(str_state), G_UN, DX_PLAIN, 4},
+    {OFF(str_length), POS(str_length), G_UN, DX_PLAIN, 8},
+    {OFF(str_ascii_size), POS(str_ascii_size), G_UN, DX_SMALL, 8},
+    {OFF(is_modules), POS(is_modules), G_IS, DX_NAMES, 8},
+    {OFF(dict_keys), POS(dict_keys), G_DI, DX_NAMES, 8},
+    {OFF(dict_values), POS(dict_values), G_DI, DX_NAMES, 8},
+    {OFF(int_value), POS(int_value), G_LO, DX_NAMES, 8},
+    {OFF(int_digits), POS(int_digits), G_LO, DX_NAMES, 4},
 };
+#define N_DBG_FIELDS (sizeof(dbg_fields) / sizeof(dbg_fields[0]))
 
-/* Positions shared by every version: header, and the gil struct's offset in interp. */
+/* Positions shared by every version: header. */
 #define DBG_VERSION_POS       8
 #define DBG_FREE_THREADED_POS 16
-static const uint16_t dbg_gil_rs_pos[N_DBG_VERSIONS] = {120, 128, 128};
+
+/* Where field f's offset sits in version dv's _Py_DebugOffsets; 0: not there. */
+static uint16_t dbg_pos(const struct dbg_version *dv, const struct dbg_field *f)
+{
+        uint16_t p;
+        memcpy(&p, (const char *)&dv->at + f->pos, sizeof(p));
+        return p;
+}
 
 /* ---- filling a layout ------------------------------------------------------ */
 
-static void set_field(struct pylayout *L, size_t off, enum ftype type, int64_t v)
+static void set_i32(struct pylayout *L, size_t off, int32_t v)
 {
-        char *p = (char *)L + off;
-        switch (type) {
-        case T_I32: {
-                int32_t x = (int32_t)v;
-                memcpy(p, &x, sizeof(x));
-                break;
-        }
-        case T_U8:
-                *(uint8_t *)p = (uint8_t)v;
-                break;
-        case T_U32: {
-                uint32_t x = (uint32_t)v;
-                memcpy(p, &x, sizeof(x));
-                break;
-        }
-        case T_BOOL:
-                *(bool *)p = v != 0;
-                break;
-        case T_MASK: {
-                uint64_t x = (uint64_t)v; /* -1 -> all ones, ~3 -> tag bits cleared */
-                memcpy(p, &x, sizeof(x));
-                break;
-        }
-        }
+        memcpy((char *)L + off, &v, sizeof(v));
 }
 
 static int32_t field_i32(const struct pylayout *L, size_t off)
@@ -379,42 +965,112 @@ static void derive_read_sizes(struct pylayout *L)
         L->co_read = (c + 7) & ~7u;
 }
 
-/* Fill from column `c`; D cells are left at X for the debug loader to fill. */
-static void fill_column(struct pylayout *L, enum col c, int obj_shift)
+/* The build's index in `builds`, or -1. */
+static int build_for(int major, int minor, bool free_threaded)
 {
-        memset(L, 0, sizeof(*L));
-        snprintf(L->name, sizeof(L->name), "%s", cols[c].name);
-        L->major = cols[c].major;
-        L->minor = cols[c].minor;
-        L->free_threaded = cols[c].free_threaded;
-        for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-                int64_t v = rows[i].v[c];
+        for (size_t b = 0; b < N_BUILDS; b++)
+                if (builds[b].major == major && builds[b].minor == minor &&
+                    builds[b].free_threaded == free_threaded)
+                        return (int)b;
+        return -1;
+}
+
+/* The index of a minor version in `dbg_versions`, or -1 when its layout is all in `builds`. */
+static int dbg_version_for(int major, int minor)
+{
+        for (size_t i = 0; i < N_DBG_VERSIONS; i++)
+                if (major == 3 && dbg_versions[i].minor == minor)
+                        return (int)i;
+        return -1;
+}
+
+/* Copy build b; D cells are left at X for the debug loader to fill. */
+static void fill_build(struct pylayout *L, int b, int obj_shift)
+{
+        *L = builds[b];
+        for (size_t i = 0; i < N_OFFSET_FIELDS; i++) {
+                int32_t v = field_i32(L, offset_fields[i].off);
+                assert(v != U);
                 if (v == D || v == D8)
                         v = X;
-                else if ((rows[i].flags & OBJ) && v >= 0)
+                else if (offset_fields[i].obj && v >= 0)
                         v += obj_shift;
-                set_field(L, rows[i].off, rows[i].type, v);
+                set_i32(L, offset_fields[i].off, v);
         }
 }
 
-static enum col column_for(int major, int minor, bool ft)
+int pylayout_check_tables(char *err, size_t errlen)
 {
-        for (int c = 0; c < N_COLS; c++)
-                if (cols[c].major == major && cols[c].minor == minor && cols[c].free_threaded == ft)
-                        return (enum col)c;
-        return N_COLS;
+        for (size_t b = 0; b < N_BUILDS; b++) {
+                bool debug = dbg_version_for(builds[b].major, builds[b].minor) >= 0;
+                if (build_for(builds[b].major, builds[b].minor, builds[b].free_threaded) !=
+                    (int)b) {
+                        snprintf(err, errlen, "build %s is in the table twice", builds[b].name);
+                        return -1;
+                }
+                for (size_t i = 0; i < N_OFFSET_FIELDS; i++) {
+                        int32_t v = field_i32(&builds[b], offset_fields[i].off);
+                        if (v == U || (!debug && (v == D || v == D8)) || v < D8 ||
+                            (v < X && v != D && v != D8)) {
+                                snprintf(err, errlen,
+                                         "build %s: the offset at layout byte %zu is %s",
+                                         builds[b].name, offset_fields[i].off,
+                                         v == U ? "not set" : "invalid here");
+                                return -1;
+                        }
+                }
+                if (!builds[b].frames || !builds[b].lasti || !builds[b].linetable ||
+                    !builds[b].strings || !builds[b].gil || !builds[b].dicts || !builds[b].attrs ||
+                    !builds[b].ints) {
+                        snprintf(err, errlen, "build %s: a kind is not set", builds[b].name);
+                        return -1;
+                }
+        }
+        return 0;
+}
+
+bool pylayout_supported(int major, int minor)
+{
+        return build_for(major, minor, false) >= 0;
+}
+
+void pylayout_supported_list(char *buf, size_t len)
+{
+        /* The GIL builds in table order, runs of consecutive minors joined: "2.7 and 3.6 to 3.15".
+         */
+        const struct pylayout *gil[N_BUILDS];
+        size_t n = 0;
+        for (size_t b = 0; b < N_BUILDS; b++)
+                if (!builds[b].free_threaded)
+                        gil[n++] = &builds[b];
+        size_t used = 0;
+        buf[0] = 0;
+        for (size_t i = 0; i < n;) {
+                size_t e = i + 1;
+                while (e < n && gil[e]->major == gil[i]->major &&
+                       gil[e]->minor == gil[e - 1]->minor + 1)
+                        e++;
+                const char *sep = i == 0 ? "" : e == n ? " and " : ", ";
+                int w = e - i == 1 ? snprintf(buf + used, len - used, "%s%s", sep, gil[i]->name)
+                                   : snprintf(buf + used, len - used, "%s%s to %s", sep,
+                                              gil[i]->name, gil[e - 1]->name);
+                if (w < 0 || (size_t)w >= len - used)
+                        return;
+                used += (size_t)w;
+                i = e;
+        }
 }
 
 const struct pylayout *pylayout_table(int major, int minor, int micro, bool trace_refs)
 {
         static struct pylayout L;
-        enum col c = column_for(major, minor, false);
-        if (c == N_COLS || c >= C313)
+        int b = build_for(major, minor, false);
+        if (b < 0 || dbg_version_for(major, minor) >= 0)
                 return NULL;
-        fill_column(&L, c, trace_refs ? 16 : 0);
+        fill_build(&L, b, trace_refs ? 16 : 0);
         for (size_t i = 0; i < sizeof(patches) / sizeof(patches[0]); i++)
                 if (patches[i].minor == minor && major == 3 && micro <= patches[i].micro_max)
-                        set_field(&L, patches[i].off, T_I32, patches[i].value);
+                        set_i32(&L, patches[i].off, patches[i].value);
         derive_read_sizes(&L);
         return &L;
 }
@@ -430,10 +1086,7 @@ int pylayout_from_debug_offsets(const uint8_t *dbg, size_t len, uint32_t version
                                 bool free_threaded, struct pylayout *out, char *err, size_t errlen)
 {
         int major = (int)(version_hex >> 24), minor = (int)(version_hex >> 16 & 0xff);
-        int v = -1;
-        for (int i = 0; i < N_DBG_VERSIONS; i++)
-                if (major == 3 && dbg_versions[i].minor == minor)
-                        v = i;
+        int v = dbg_version_for(major, minor);
         if (v < 0) {
                 snprintf(err, errlen, "Python %d.%d: no _Py_DebugOffsets layout known", major,
                          minor);
@@ -468,9 +1121,15 @@ int pylayout_from_debug_offsets(const uint8_t *dbg, size_t len, uint32_t version
                          (unsigned long long)dft, free_threaded ? "free-threaded" : "GIL");
                 return PYFIND_UNSUPPORTED;
         }
-        enum col c = column_for(3, minor, free_threaded);
+        int b = build_for(3, minor, free_threaded);
+        if (b < 0) {
+                snprintf(err, errlen, "Python %d.%d%s: no layout known", major, minor,
+                         free_threaded ? "t" : "");
+                return PYFIND_UNSUPPORTED;
+        }
+        const struct pylayout *tmpl = &builds[b];
         struct pylayout L;
-        fill_column(&L, c, 0);
+        fill_build(&L, b, 0);
         L.from_debug_offsets = true;
 
         uint64_t gsize[N_GROUPS] = {0};
@@ -494,19 +1153,16 @@ int pylayout_from_debug_offsets(const uint8_t *dbg, size_t len, uint32_t version
                          (unsigned long long)pyobj_size, free_threaded ? 32u : 16u);
                 return PYFIND_UNSUPPORTED;
         }
-        uint64_t gil_rs = get_u64(dbg + dbg_gil_rs_pos[v]);
-        for (size_t i = 0; i < sizeof(dbg_rows) / sizeof(dbg_rows[0]); i++) {
-                const struct dbg_row *r = &dbg_rows[i];
-                if (!r->pos[v])
+        uint64_t gil_rs = get_u64(dbg + dv->gil_rs_pos);
+        for (size_t i = 0; i < N_DBG_FIELDS; i++) {
+                const struct dbg_field *r = &dbg_fields[i];
+                uint16_t pos = dbg_pos(dv, r);
+                if (!pos)
                         continue;
                 /* Only cells marked D take the debug value; the rest stay supplement data. */
-                bool want = false;
-                for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++)
-                        if (rows[k].off == r->off && rows[k].v[c] == D)
-                                want = true;
-                if (!want)
+                if (field_i32(tmpl, r->off) != D)
                         continue;
-                uint64_t val = get_u64(dbg + r->pos[v]);
+                uint64_t val = get_u64(dbg + pos);
                 int64_t res = (int64_t)val;
                 switch (r->xform) {
                 case DX_PLAIN:
@@ -532,38 +1188,35 @@ int pylayout_from_debug_offsets(const uint8_t *dbg, size_t len, uint32_t version
                         res = (int64_t)(val - gil_rs);
                         break;
                 }
-                set_field(&L, r->off, T_I32, res);
+                set_i32(&L, r->off, (int32_t)res);
                 continue;
         bad:
                 if (r->xform == DX_NAMES)
-                        continue; /* left at -1 by fill_column(): no thread names */
+                        continue; /* left at -1 by fill_build(): no thread names */
                 snprintf(err, errlen,
                          "_Py_DebugOffsets: implausible value %llu at byte %u (struct size %llu)",
-                         (unsigned long long)val, r->pos[v], (unsigned long long)gsize[r->group]);
+                         (unsigned long long)val, pos, (unsigned long long)gsize[r->group]);
                 return PYFIND_UNSUPPORTED;
         }
         /* gil_runtime_state_enabled is relative to the gil struct; 0 is valid in FT builds. */
         if (!free_threaded)
                 L.gil_enabled = X;
-        /* D8 cells: 8 bytes after the field of the row above, once that one is known. */
-        for (size_t k = 1; k < sizeof(rows) / sizeof(rows[0]); k++) {
-                int32_t prev = field_i32(&L, rows[k - 1].off);
-                if (rows[k].v[c] == D8 && prev >= 0)
-                        set_field(&L, rows[k].off, T_I32, (int64_t)prev + 8);
-        }
+        if (tmpl->ts_datastack_top == D8 && L.ts_datastack_chunk >= 0)
+                L.ts_datastack_top = L.ts_datastack_chunk + 8;
         /* Every D cell must have been filled: a table bug otherwise. */
-        for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++) {
-                if (rows[k].v[c] != D || rows[k].type != T_I32)
+        for (size_t k = 0; k < N_OFFSET_FIELDS; k++) {
+                size_t off = offset_fields[k].off;
+                if (field_i32(tmpl, off) != D)
                         continue;
                 bool optional = false;
-                for (size_t i = 0; i < sizeof(dbg_rows) / sizeof(dbg_rows[0]); i++)
-                        if (dbg_rows[i].off == rows[k].off &&
-                            (dbg_rows[i].xform == DX_NONZERO || dbg_rows[i].xform == DX_NAMES ||
-                             dbg_rows[i].off == offsetof(struct pylayout, gil_enabled)))
+                for (size_t i = 0; i < N_DBG_FIELDS; i++)
+                        if (dbg_fields[i].off == off &&
+                            (dbg_fields[i].xform == DX_NONZERO || dbg_fields[i].xform == DX_NAMES ||
+                             dbg_fields[i].off == OFF(gil_enabled)))
                                 optional = true;
-                if (!optional && field_i32(&L, rows[k].off) < 0) {
+                if (!optional && field_i32(&L, off) < 0) {
                         snprintf(err, errlen, "_Py_DebugOffsets: field at layout byte %zu unset",
-                                 rows[k].off);
+                                 off);
                         return PYFIND_UNSUPPORTED;
                 }
         }
@@ -616,8 +1269,10 @@ int pylayout_for_target(const struct pyfind_target *t, struct memsrc *m, struct 
         bool trace_refs = t->debug_build && (major == 2 || minor <= 7);
         const struct pylayout *L = pylayout_table(major, minor, micro, trace_refs);
         if (!L) {
-                snprintf(err, errlen, "Python %d.%d is not supported (supported: 2.7, 3.6-3.15)",
-                         major, minor);
+                char list[128];
+                pylayout_supported_list(list, sizeof(list));
+                snprintf(err, errlen, "Python %d.%d is not supported (supported: %s)", major, minor,
+                         list);
                 return PYFIND_UNSUPPORTED;
         }
         *out = *L;

@@ -191,6 +191,19 @@ const struct pylayout *pylayout_table(int major, int minor, int micro, bool trac
 int pylayout_from_debug_offsets(const uint8_t *dbg, size_t len, uint32_t version_hex,
                                 bool free_threaded, struct pylayout *out, char *err, size_t errlen);
 
+/* Whether pyflame has a layout for Python major.minor (GIL builds; 3.13+ also free-threaded). */
+bool pylayout_supported(int major, int minor);
+
+/* The versions with a layout, for messages: "2.7 and 3.6 to 3.15". */
+void pylayout_supported_list(char *buf, size_t len);
+
+/*
+ * Check the tables: every offset of every build set (a forgotten one is a
+ * table bug), D cells only where _Py_DebugOffsets exist, every kind set.
+ * Returns 0, or -1 with what is wrong in err. For the tests.
+ */
+int pylayout_check_tables(char *err, size_t errlen);
+
 /* Bytes of _Py_DebugOffsets that pylayout_from_debug_offsets() may look at. */
 #define PYLAYOUT_DEBUG_OFFSETS_MAX 1024
 

@@ -1459,6 +1459,24 @@ static void check_unsupported(void **state)
         assert_int_equal(d->ts_frame, 24);
 }
 
+/* The tables: every build sets every field; the supported versions are the builds'. */
+static void check_tables(void **state)
+{
+        (void)state;
+        char err[256] = "";
+        if (pylayout_check_tables(err, sizeof(err)) != 0)
+                fail_msg("%s", err);
+        char list[128];
+        pylayout_supported_list(list, sizeof(list));
+        assert_string_equal(list, "2.7 and 3.6 to 3.15");
+        assert_true(pylayout_supported(2, 7));
+        assert_true(pylayout_supported(3, 6));
+        assert_true(pylayout_supported(3, 15));
+        assert_false(pylayout_supported(3, 5));
+        assert_false(pylayout_supported(3, 16));
+        assert_false(pylayout_supported(2, 6));
+}
+
 /* ---- registration ---- */
 
 /*
@@ -1627,10 +1645,11 @@ static const struct scenario scenarios[] = {
 
 int main(void)
 {
-        static struct CMUnitTest tests[N_VERSIONS * N_SCENARIOS + 1];
+        static struct CMUnitTest tests[N_VERSIONS * N_SCENARIOS + 2];
         static char names[N_VERSIONS * N_SCENARIOS][48];
         size_t n = 0;
         tests[n++] = (struct CMUnitTest)cmocka_unit_test(check_unsupported);
+        tests[n++] = (struct CMUnitTest)cmocka_unit_test(check_tables);
         for (size_t s = 0; s < N_SCENARIOS; s++) {
                 for (size_t v = 0; v < N_VERSIONS; v++) {
                         if (!scenarios[s].applies(&versions[v]))
