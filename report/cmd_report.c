@@ -310,25 +310,14 @@ static int view_by_function(struct view_ctx *ctx)
 }
 
 /*
- * The exporters (export.h) draw or convert the selected samples themselves;
- * their output is captured in memory so that it is committed like any view's.
+ * The exporters (export.h) draw or convert the selected samples themselves,
+ * into the command's output, committed like any view's.
  */
 static int view_export(struct view_ctx *ctx)
 {
-        char *data = NULL;
-        size_t len = 0;
-        FILE *f = open_memstream(&data, &len);
-        if (!f)
-                return TRACE_ERR_NOMEM;
         char err[512] = "";
-        int rc = export_write(ctx->r, ctx->filter, ctx->opts->export_format, &ctx->opts->export, f,
-                              err, sizeof(err));
-        if (fclose(f) != 0 && rc == 0)
-                rc = TRACE_ERR_NOMEM;
-        if (rc == 0)
-                out_take(ctx->out, data, len);
-        else
-                free(data);
+        int rc = export_to(ctx->r, ctx->filter, ctx->opts->export_format, &ctx->opts->export,
+                           ctx->out, err, sizeof(err));
         /* The exporter's message is more precise than what the status alone says. */
         if (rc < 0 && *err)
                 return report_fail(ctx->path, "%s", err);

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "out.h"
 #include "trace.h"
 
 struct export_options {
@@ -36,6 +37,10 @@ struct export_options {
  */
 int export_write(struct trace_reader *r, const struct trace_filter *filter, const char *format,
                  const struct export_options *opt, FILE *out, char *err, size_t errlen);
+
+/* The same, appended to `o` (out.h) instead of written to a stream; no I/O error then. */
+int export_to(struct trace_reader *r, const struct trace_filter *filter, const char *format,
+              const struct export_options *opt, struct out *o, char *err, size_t errlen);
 
 /* Whether `format` names one of the formats export_write() knows. */
 bool export_format_known(const char *format);

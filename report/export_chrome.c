@@ -33,7 +33,7 @@ struct ch_thread {
 
 struct ch_state {
         struct ex_model *m;
-        struct ex_out *o;
+        struct out *o;
         struct ch_thread *threads; /* by thread ref */
         const uint32_t *index;
         uint32_t max_ref, max_depth;
@@ -50,15 +50,15 @@ struct ch_state {
 static void ch_event(struct ch_state *c, const struct ch_thread *t, uint32_t node, int64_t from,
                      int64_t to)
 {
-        struct ex_out *o = c->o;
+        struct out *o = c->o;
         const struct ex_label *l = &c->m->labels[c->m->nodes[node].label];
-        ex_puts(o, c->events++ ? ",\n{\"ph\":\"X\",\"name\":" : "\n{\"ph\":\"X\",\"name\":");
-        ex_json_str(o, l->text);
-        ex_printf(o, ",\"pid\":%" PRId32 ",\"tid\":%" PRId64 ",\"ts\":", t->pid, t->tid);
+        out_puts(o, c->events++ ? ",\n{\"ph\":\"X\",\"name\":" : "\n{\"ph\":\"X\",\"name\":");
+        out_json_embedded(o, l->text);
+        out_printf(o, ",\"pid\":%" PRId32 ",\"tid\":%" PRId64 ",\"ts\":", t->pid, t->tid);
         ex_us(o, from);
-        ex_puts(o, ",\"dur\":");
+        out_puts(o, ",\"dur\":");
         ex_us(o, to - from);
-        ex_puts(o, "}");
+        out_puts(o, "}");
 }
 
 /*
@@ -123,7 +123,7 @@ static int ch_sample(void *ctx, const struct trace_sample *s)
 
 static void ch_metadata(struct ch_state *c)
 {
-        struct ex_out *o = c->o;
+        struct out *o = c->o;
         struct ex_model *m = c->m;
         for (uint32_t ref = 1; ref <= c->max_ref; ref++) {
                 struct ch_thread *t = &c->threads[ref];
@@ -136,13 +136,13 @@ static void ch_metadata(struct ch_state *c)
                         snprintf(name, sizeof(name), "%s", info.name);
                 else
                         snprintf(name, sizeof(name), "thread %" PRId64, t->tid);
-                ex_puts(o, c->events++ ? ",\n" : "\n");
-                ex_printf(o,
-                          "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%" PRId32
-                          ",\"tid\":%" PRId64 ",\"args\":{\"name\":",
-                          t->pid, t->tid);
-                ex_json_str(o, name);
-                ex_puts(o, "}}");
+                out_puts(o, c->events++ ? ",\n" : "\n");
+                out_printf(o,
+                           "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%" PRId32
+                           ",\"tid\":%" PRId64 ",\"args\":{\"name\":",
+                           t->pid, t->tid);
+                out_json_embedded(o, name);
+                out_puts(o, "}}");
         }
         for (uint32_t i = 0; i < trace_reader_process_count(m->r); i++) {
                 struct trace_process p;
@@ -151,18 +151,18 @@ static void ch_metadata(struct ch_state *c)
                 char name[512];
                 snprintf(name, sizeof(name), "%s (pid %" PRId32 ")",
                          p.cmdline && *p.cmdline ? p.cmdline : "python", p.pid);
-                ex_puts(o, c->events++ ? ",\n" : "\n");
-                ex_printf(o,
-                          "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%" PRId32
-                          ",\"tid\":0,\"args\":{\"name\":",
-                          p.pid);
-                ex_json_str(o, name);
-                ex_puts(o, "}}");
+                out_puts(o, c->events++ ? ",\n" : "\n");
+                out_printf(o,
+                           "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%" PRId32
+                           ",\"tid\":0,\"args\":{\"name\":",
+                           p.pid);
+                out_json_embedded(o, name);
+                out_puts(o, "}}");
         }
 }
 
 int export_chrome(struct ex_model *m, const struct trace_filter *filter,
-                  const struct export_options *opt, struct ex_out *o)
+                  const struct export_options *opt, struct out *o)
 {
         struct ch_state c = {.m = m, .o = o};
         uint32_t *index = ex_thread_index(m, &c.max_ref);
@@ -178,7 +178,7 @@ int export_chrome(struct ex_model *m, const struct trace_filter *filter,
         if (!index || !c.threads || !c.path)
                 rc = ex_fail(m, TRACE_ERR_NOMEM, "out of memory");
         if (rc == 0) {
-                ex_puts(o, "{\"traceEvents\":[");
+                out_puts(o, "{\"traceEvents\":[");
                 int s = trace_reader_foreach_sample(m->r, filter, ch_sample, &c);
                 if (s < 0)
                         rc = ex_fail_read(m, s);
@@ -190,18 +190,18 @@ int export_chrome(struct ex_model *m, const struct trace_filter *filter,
                         if (c.threads[ref].seen)
                                 ch_close(&c, &c.threads[ref], 0, c.threads[ref].last_ns + c.period);
                 ch_metadata(&c);
-                ex_puts(o,
-                        "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"exporter\":\"pyflame\"");
+                out_puts(o,
+                         "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"exporter\":\"pyflame\"");
                 if (opt->title) {
-                        ex_puts(o, ",\"title\":");
-                        ex_json_str(o, opt->title);
+                        out_puts(o, ",\"title\":");
+                        out_json_embedded(o, opt->title);
                 }
                 const char *wall = trace_reader_meta(m->r, TRACE_META_START_WALL_NS);
                 if (wall) {
-                        ex_puts(o, ",\"start_wall_ns\":");
-                        ex_json_str(o, wall);
+                        out_puts(o, ",\"start_wall_ns\":");
+                        out_json_embedded(o, wall);
                 }
-                ex_puts(o, "}}\n");
+                out_puts(o, "}}\n");
         }
         for (uint32_t ref = 0; c.threads && ref <= c.max_ref; ref++) {
                 free(c.threads[ref].nodes);

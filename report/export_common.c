@@ -38,8 +38,8 @@ bool export_format_known(const char *format)
         return export_lookup(format) != NULL;
 }
 
-int export_write(struct trace_reader *r, const struct trace_filter *filter, const char *format,
-                 const struct export_options *opt, FILE *out, char *err, size_t errlen)
+int export_to(struct trace_reader *r, const struct trace_filter *filter, const char *format,
+              const struct export_options *opt, struct out *o, char *err, size_t errlen)
 {
         static const struct export_options defaults = {0};
         if (errlen)
@@ -53,183 +53,44 @@ int export_write(struct trace_reader *r, const struct trace_filter *filter, cons
         }
         struct ex_model m = {0};
         int rc = ex_model_load(&m, r, filter, err, errlen);
-        if (rc < 0) {
-                ex_model_free(&m);
-                return rc;
-        }
-        struct ex_out o;
-        ex_out_init(&o, out);
-        rc = fn(&m, filter, opt ? opt : &defaults, &o);
-        int werr = ex_out_finish(&o);
-        if (rc == 0 && werr == ENOMEM)
+        if (rc == 0)
+                rc = fn(&m, filter, opt ? opt : &defaults, o);
+        if (rc == 0 && o->nomem)
                 rc = ex_fail(&m, TRACE_ERR_NOMEM, "out of memory while writing the %s export",
                              format);
-        else if (rc == 0 && werr)
-                rc = ex_fail(&m, TRACE_ERR_IO, "cannot write the %s export: %s", format,
-                             strerror(werr));
         ex_model_free(&m);
         return rc;
 }
 
-/* ---- output ---- */
-
-#define EX_OUT_FLUSH_AT 65536
-
-void ex_out_init(struct ex_out *o, FILE *f)
+int export_write(struct trace_reader *r, const struct trace_filter *filter, const char *format,
+                 const struct export_options *opt, FILE *f, char *err, size_t errlen)
 {
-        o->f = f;
-        o->buf = (struct pf_buf){0};
-        o->err = 0;
-}
-
-static void ex_out_drain(struct ex_out *o)
-{
-        if (o->buf.len && !o->err && fwrite(o->buf.data, 1, o->buf.len, o->f) != o->buf.len)
-                o->err = errno ? errno : EIO;
-        o->buf.len = 0;
-}
-
-void ex_write(struct ex_out *o, const void *p, size_t n)
-{
-        if (o->err)
-                return;
-        if (pf_buf_append(&o->buf, p, n) < 0) {
-                o->err = ENOMEM;
-                return;
+        struct out o = {0};
+        int rc = export_to(r, filter, format, opt, &o, err, errlen);
+        if (rc == 0 && ((o.buf.len && fwrite(o.buf.data, 1, o.buf.len, f) != o.buf.len) ||
+                        fflush(f) != 0 || ferror(f))) {
+                int e = errno ? errno : EIO;
+                if (errlen)
+                        snprintf(err, errlen, "cannot write the %s export: %s", format,
+                                 strerror(e));
+                rc = TRACE_ERR_IO;
         }
-        if (o->buf.len >= EX_OUT_FLUSH_AT)
-                ex_out_drain(o);
+        out_free(&o);
+        return rc;
 }
 
-void ex_puts(struct ex_out *o, const char *s)
-{
-        ex_write(o, s, strlen(s));
-}
-
-void ex_printf(struct ex_out *o, const char *fmt, ...)
-{
-        char small[256];
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(small, sizeof(small), fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-                o->err = o->err ? o->err : EINVAL;
-                return;
-        }
-        if ((size_t)n < sizeof(small)) {
-                ex_write(o, small, (size_t)n);
-                return;
-        }
-        char *big = malloc((size_t)n + 1);
-        if (!big) {
-                o->err = o->err ? o->err : ENOMEM;
-                return;
-        }
-        va_start(ap, fmt);
-        vsnprintf(big, (size_t)n + 1, fmt, ap);
-        va_end(ap);
-        ex_write(o, big, (size_t)n);
-        free(big);
-}
-
-int ex_out_finish(struct ex_out *o)
-{
-        ex_out_drain(o);
-        if (!o->err && fflush(o->f) != 0)
-                o->err = errno ? errno : EIO;
-        if (!o->err && ferror(o->f))
-                o->err = EIO;
-        pf_buf_free(&o->buf);
-        return o->err;
-}
-
-static const char utf8_replacement[] = PF_UTF8_REPLACEMENT;
+/* ---- text ---- */
 
 int ex_utf8_clean(struct pf_buf *b, const char *s)
 {
         return pf_buf_append_utf8(b, s, strlen(s));
 }
 
-void ex_json_str(struct ex_out *o, const char *s)
-{
-        ex_write(o, "\"", 1);
-        const unsigned char *p = (const unsigned char *)(s ? s : "");
-        const unsigned char *run = p;
-        while (*p) {
-                uint32_t cp;
-                size_t n = pf_utf8_decode((const char *)p, &cp);
-                const char *esc = NULL;
-                char u[8];
-                if (n == 0)
-                        esc = utf8_replacement;
-                else if (cp == '"')
-                        esc = "\\\"";
-                else if (cp == '\\')
-                        esc = "\\\\";
-                else if (cp == '\n')
-                        esc = "\\n";
-                else if (cp == '\t')
-                        esc = "\\t";
-                else if (cp < 0x20 || cp == 0x2028 || cp == 0x2029) {
-                        /* U+2028/9 are valid JSON but end a line in older JavaScript. */
-                        snprintf(u, sizeof(u), "\\u%04x", (unsigned)cp);
-                        esc = u;
-                } else if (cp == '<') {
-                        /* Keeps "</script>" out of JSON embedded in a page. */
-                        esc = "\\u003c";
-                }
-                if (esc) {
-                        ex_write(o, run, (size_t)(p - run));
-                        ex_puts(o, esc);
-                        p += n ? n : 1;
-                        run = p;
-                } else {
-                        p += n;
-                }
-        }
-        ex_write(o, run, (size_t)(p - run));
-        ex_write(o, "\"", 1);
-}
-
-void ex_xml_text(struct ex_out *o, const char *s)
-{
-        const unsigned char *p = (const unsigned char *)(s ? s : "");
-        const unsigned char *run = p;
-        while (*p) {
-                uint32_t cp;
-                size_t n = pf_utf8_decode((const char *)p, &cp);
-                const char *esc = NULL;
-                if (n == 0 || (cp < 0x20 && cp != '\t' && cp != '\n' && cp != '\r') ||
-                    cp == 0xfffe || cp == 0xffff)
-                        esc = utf8_replacement;
-                else if (cp == '&')
-                        esc = "&amp;";
-                else if (cp == '<')
-                        esc = "&lt;";
-                else if (cp == '>')
-                        esc = "&gt;";
-                else if (cp == '"')
-                        esc = "&quot;";
-                else if (cp == '\'')
-                        esc = "&#39;";
-                if (esc) {
-                        ex_write(o, run, (size_t)(p - run));
-                        ex_puts(o, esc);
-                        p += n ? n : 1;
-                        run = p;
-                } else {
-                        p += n;
-                }
-        }
-        ex_write(o, run, (size_t)(p - run));
-}
-
-void ex_us(struct ex_out *o, int64_t ns)
+void ex_us(struct out *o, int64_t ns)
 {
         const char *sign = ns < 0 ? "-" : "";
         uint64_t a = ns < 0 ? (uint64_t)0 - (uint64_t)ns : (uint64_t)ns;
-        ex_printf(o, "%s%" PRIu64 ".%03" PRIu64, sign, a / 1000, a % 1000);
+        out_printf(o, "%s%" PRIu64 ".%03" PRIu64, sign, a / 1000, a % 1000);
 }
 
 /* ---- interning map ---- */

@@ -146,13 +146,13 @@ static int hot_cmp(const void *a, const void *b, void *ctx)
         return x->frame < y->frame ? -1 : x->frame > y->frame;
 }
 
-static void html_pct_cell(struct ex_out *o, uint64_t n, uint64_t total)
+static void html_pct_cell(struct out *o, uint64_t n, uint64_t total)
 {
         double pct = total ? 100.0 * (double)n / (double)total : 0;
-        ex_printf(o, "<td class=\"num\">%" PRIu64 "</td><td class=\"num\">%.2f%%</td>", n, pct);
+        out_printf(o, "<td class=\"num\">%" PRIu64 "</td><td class=\"num\">%.2f%%</td>", n, pct);
 }
 
-static int html_table(struct ex_out *o, struct ex_model *m, bool by_line)
+static int html_table(struct out *o, struct ex_model *m, bool by_line)
 {
         struct hot_table t = {0};
         int rc = hot_build(m, by_line, &t);
@@ -170,53 +170,53 @@ static int html_table(struct ex_out *o, struct ex_model *m, bool by_line)
         qsort_r(order, n, sizeof(*order), hot_cmp, &t);
 
         const char *id = by_line ? "lines" : "functions";
-        ex_printf(o, "<section id=\"%s\">\n<h2>%s</h2>\n", id, by_line ? "Lines" : "Functions");
-        ex_printf(o, "<table class=\"hot sortable\" id=\"%s-table\">\n<thead><tr>", id);
+        out_printf(o, "<section id=\"%s\">\n<h2>%s</h2>\n", id, by_line ? "Lines" : "Functions");
+        out_printf(o, "<table class=\"hot sortable\" id=\"%s-table\">\n<thead><tr>", id);
         if (by_line)
-                ex_puts(o, "<th>Line</th><th>Function</th>");
+                out_puts(o, "<th>Line</th><th>Function</th>");
         else
-                ex_puts(o, "<th>Function</th><th>File</th><th>First line</th>");
-        ex_puts(
+                out_puts(o, "<th>Function</th><th>File</th><th>First line</th>");
+        out_puts(
             o,
             "<th class=\"num\">Self</th><th class=\"num\">Self %</th>"
             "<th class=\"num\">Total</th><th class=\"num\">Total %</th></tr></thead>\n<tbody>\n");
         for (uint32_t i = 0; i < n && i < HTML_MAX_ROWS; i++) {
                 const struct hot_row *row = &t.rows[order[i]];
                 const struct trace_frame *l = &row->f; /* function: the shown name */
-                ex_puts(o, "<tr>");
+                out_puts(o, "<tr>");
                 if (by_line) {
-                        ex_puts(o, "<td class=\"loc\">");
-                        ex_xml_text(o, l->file);
+                        out_puts(o, "<td class=\"loc\">");
+                        out_xml_text(o, l->file);
                         if (l->line >= 0)
-                                ex_printf(o, ":%d", (int)l->line);
-                        ex_puts(o, "</td><td>");
-                        ex_xml_text(o, l->function);
-                        ex_puts(o, "</td>");
+                                out_printf(o, ":%d", (int)l->line);
+                        out_puts(o, "</td><td>");
+                        out_xml_text(o, l->function);
+                        out_puts(o, "</td>");
                 } else {
-                        ex_puts(o, "<td>");
-                        ex_xml_text(o, l->function);
-                        ex_puts(o, "</td><td class=\"loc\">");
-                        ex_xml_text(o, l->file);
-                        ex_puts(o, "</td><td class=\"num\">");
+                        out_puts(o, "<td>");
+                        out_xml_text(o, l->function);
+                        out_puts(o, "</td><td class=\"loc\">");
+                        out_xml_text(o, l->file);
+                        out_puts(o, "</td><td class=\"num\">");
                         if (l->first_line >= 0)
-                                ex_printf(o, "%d", (int)l->first_line);
-                        ex_puts(o, "</td>");
+                                out_printf(o, "%d", (int)l->first_line);
+                        out_puts(o, "</td>");
                 }
                 html_pct_cell(o, row->self, m->total);
                 html_pct_cell(o, row->total, m->total);
-                ex_puts(o, "</tr>\n");
+                out_puts(o, "</tr>\n");
         }
-        ex_puts(o, "</tbody>\n</table>\n");
+        out_puts(o, "</tbody>\n</table>\n");
         if (n > HTML_MAX_ROWS)
-                ex_printf(o,
-                          "<p class=\"note\">%u more rows with fewer samples are not shown.</p>\n",
-                          n - HTML_MAX_ROWS);
+                out_printf(o,
+                           "<p class=\"note\">%u more rows with fewer samples are not shown.</p>\n",
+                           n - HTML_MAX_ROWS);
         if (m->counts[TRACE_STACK_EMPTY])
-                ex_printf(o,
-                          "<p class=\"note\">%" PRIu64
-                          " samples had no Python frame and are in no row.</p>\n",
-                          m->counts[TRACE_STACK_EMPTY]);
-        ex_puts(o, "</section>\n");
+                out_printf(o,
+                           "<p class=\"note\">%" PRIu64
+                           " samples had no Python frame and are in no row.</p>\n",
+                           m->counts[TRACE_STACK_EMPTY]);
+        out_puts(o, "</section>\n");
         free(order);
         hot_free(&t);
         return 0;
@@ -268,7 +268,7 @@ static void tl_seconds(char *buf, size_t len, int64_t ns)
         snprintf(buf, len, "%.3f s", (double)ns / 1e9);
 }
 
-static void tl_draw(struct ex_out *o, const struct tl_state *c, const uint32_t *index)
+static void tl_draw(struct out *o, const struct tl_state *c, const uint32_t *index)
 {
         struct ex_model *m = c->m;
         double plot_w = HTML_TIMELINE_WIDTH - HTML_LABEL_WIDTH - 10;
@@ -304,15 +304,15 @@ static void tl_draw(struct ex_out *o, const struct tl_state *c, const uint32_t *
         double strips_top = HTML_TIMELINE_HEIGHT + 30;
         double height = strips_top + (n_rows + (others ? 1 : 0)) * HTML_STRIP_HEIGHT + 10;
 
-        ex_printf(o,
-                  "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"timeline\" width=\"%.0f\" "
-                  "height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" data-buckets=\"%u\" "
-                  "data-total=\"%" PRIu64 "\">\n",
-                  HTML_TIMELINE_WIDTH, height, HTML_TIMELINE_WIDTH, height, c->buckets, m->total);
-        ex_printf(o, "<text x=\"%.0f\" y=\"14\" text-anchor=\"end\">%" PRIu64 " samples</text>\n",
-                  HTML_LABEL_WIDTH - 8, peak);
-        ex_printf(o, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"end\">0</text>\n",
-                  HTML_LABEL_WIDTH - 8, HTML_TIMELINE_HEIGHT);
+        out_printf(o,
+                   "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"timeline\" width=\"%.0f\" "
+                   "height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" data-buckets=\"%u\" "
+                   "data-total=\"%" PRIu64 "\">\n",
+                   HTML_TIMELINE_WIDTH, height, HTML_TIMELINE_WIDTH, height, c->buckets, m->total);
+        out_printf(o, "<text x=\"%.0f\" y=\"14\" text-anchor=\"end\">%" PRIu64 " samples</text>\n",
+                   HTML_LABEL_WIDTH - 8, peak);
+        out_printf(o, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"end\">0</text>\n",
+                   HTML_LABEL_WIDTH - 8, HTML_TIMELINE_HEIGHT);
         for (uint32_t b = 0; b < c->buckets; b++) {
                 double x = HTML_LABEL_WIDTH + b * bw;
                 double h_on = HTML_TIMELINE_HEIGHT * (double)c->on_cpu[b] / (double)peak;
@@ -320,27 +320,27 @@ static void tl_draw(struct ex_out *o, const struct tl_state *c, const uint32_t *
                 int64_t t0 = c->lo + (int64_t)((double)c->span * b / c->buckets + 0.5);
                 char when[32];
                 tl_seconds(when, sizeof(when), t0);
-                ex_printf(o,
-                          "<g class=\"bucket\" data-bucket=\"%u\" data-on-cpu=\"%" PRIu64
-                          "\" data-idle=\"%" PRIu64 "\"><title>from %s: %" PRIu64
-                          " on CPU, %" PRIu64 " idle</title>",
-                          b, c->on_cpu[b], c->idle[b], when, c->on_cpu[b], c->idle[b]);
-                ex_printf(o,
-                          "<rect class=\"oncpu\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
-                          "height=\"%.2f\"/>",
-                          x, HTML_TIMELINE_HEIGHT - h_on, bw > 1.5 ? bw - 1 : bw, h_on);
-                ex_printf(o,
-                          "<rect class=\"idle\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
-                          "height=\"%.2f\"/></g>\n",
-                          x, HTML_TIMELINE_HEIGHT - h_on - h_idle, bw > 1.5 ? bw - 1 : bw, h_idle);
+                out_printf(o,
+                           "<g class=\"bucket\" data-bucket=\"%u\" data-on-cpu=\"%" PRIu64
+                           "\" data-idle=\"%" PRIu64 "\"><title>from %s: %" PRIu64
+                           " on CPU, %" PRIu64 " idle</title>",
+                           b, c->on_cpu[b], c->idle[b], when, c->on_cpu[b], c->idle[b]);
+                out_printf(o,
+                           "<rect class=\"oncpu\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
+                           "height=\"%.2f\"/>",
+                           x, HTML_TIMELINE_HEIGHT - h_on, bw > 1.5 ? bw - 1 : bw, h_on);
+                out_printf(o,
+                           "<rect class=\"idle\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
+                           "height=\"%.2f\"/></g>\n",
+                           x, HTML_TIMELINE_HEIGHT - h_on - h_idle, bw > 1.5 ? bw - 1 : bw, h_idle);
         }
         char lo[32], hi[32];
         tl_seconds(lo, sizeof(lo), c->lo);
         tl_seconds(hi, sizeof(hi), c->lo + c->span);
-        ex_printf(o, "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", HTML_LABEL_WIDTH,
-                  HTML_TIMELINE_HEIGHT + 16, lo);
-        ex_printf(o, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"end\">%s</text>\n",
-                  HTML_TIMELINE_WIDTH - 10, HTML_TIMELINE_HEIGHT + 16, hi);
+        out_printf(o, "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", HTML_LABEL_WIDTH,
+                   HTML_TIMELINE_HEIGHT + 16, lo);
+        out_printf(o, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"end\">%s</text>\n",
+                   HTML_TIMELINE_WIDTH - 10, HTML_TIMELINE_HEIGHT + 16, hi);
 
         for (uint32_t j = 0; j < n_rows + (others ? 1 : 0); j++) {
                 bool is_other = j == n_rows;
@@ -361,12 +361,12 @@ static void tl_draw(struct ex_out *o, const struct tl_state *c, const uint32_t *
                         snprintf(name, sizeof(name), "thread %u", ref);
                 }
                 uint64_t samples = is_other ? m->total - in_rows : c->thread_total[ref];
-                ex_printf(o,
-                          "<g class=\"thread-row\" data-samples=\"%" PRIu64 "\"><text x=\"%.0f\" "
-                          "y=\"%.1f\" text-anchor=\"end\">",
-                          samples, HTML_LABEL_WIDTH - 8, y + HTML_STRIP_HEIGHT - 4);
-                ex_xml_text(o, name);
-                ex_puts(o, "</text>\n");
+                out_printf(o,
+                           "<g class=\"thread-row\" data-samples=\"%" PRIu64 "\"><text x=\"%.0f\" "
+                           "y=\"%.1f\" text-anchor=\"end\">",
+                           samples, HTML_LABEL_WIDTH - 8, y + HTML_STRIP_HEIGHT - 4);
+                out_xml_text(o, name);
+                out_puts(o, "</text>\n");
                 uint64_t row_peak = 1;
                 for (uint32_t b = 0; !is_other && b < c->buckets; b++)
                         if (c->per_thread[(size_t)ref * c->buckets + b] > row_peak)
@@ -375,19 +375,19 @@ static void tl_draw(struct ex_out *o, const struct tl_state *c, const uint32_t *
                         uint32_t k = c->per_thread[(size_t)ref * c->buckets + b];
                         if (!k)
                                 continue;
-                        ex_printf(o,
-                                  "<rect class=\"strip\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" "
-                                  "height=\"%.1f\" fill-opacity=\"%.2f\"><title>%u samples</title>"
-                                  "</rect>\n",
-                                  HTML_LABEL_WIDTH + b * bw, y + 1, bw, HTML_STRIP_HEIGHT - 2,
-                                  0.15 + 0.85 * (double)k / (double)row_peak, k);
+                        out_printf(o,
+                                   "<rect class=\"strip\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" "
+                                   "height=\"%.1f\" fill-opacity=\"%.2f\"><title>%u samples</title>"
+                                   "</rect>\n",
+                                   HTML_LABEL_WIDTH + b * bw, y + 1, bw, HTML_STRIP_HEIGHT - 2,
+                                   0.15 + 0.85 * (double)k / (double)row_peak, k);
                 }
-                ex_puts(o, "</g>\n");
+                out_puts(o, "</g>\n");
         }
-        ex_puts(o, "</svg>\n");
+        out_puts(o, "</svg>\n");
 }
 
-static int html_timeline(struct ex_out *o, struct ex_model *m, const struct trace_filter *filter)
+static int html_timeline(struct out *o, struct ex_model *m, const struct trace_filter *filter)
 {
         struct tl_state c = {.m = m, .lo = m->from_ns};
         uint32_t *index = ex_thread_index(m, &c.max_ref);
@@ -419,12 +419,12 @@ static int html_timeline(struct ex_out *o, struct ex_model *m, const struct trac
                         rc = c.status;
         }
         if (rc == 0) {
-                ex_puts(o, "<section id=\"timeline\">\n<h2>Timeline</h2>\n");
-                ex_puts(o, "<p class=\"legend\"><span class=\"key oncpu\"></span> on CPU "
-                           "<span class=\"key idle\"></span> not on CPU (samples per time bucket; "
-                           "one strip per thread below)</p>\n");
+                out_puts(o, "<section id=\"timeline\">\n<h2>Timeline</h2>\n");
+                out_puts(o, "<p class=\"legend\"><span class=\"key oncpu\"></span> on CPU "
+                            "<span class=\"key idle\"></span> not on CPU (samples per time bucket; "
+                            "one strip per thread below)</p>\n");
                 tl_draw(o, &c, index);
-                ex_puts(o, "</section>\n");
+                out_puts(o, "</section>\n");
         }
         free(c.on_cpu);
         free(c.idle);
@@ -478,30 +478,30 @@ static const char html_table_js[] =
     "  });\n"
     "});\n";
 
-static void html_meta_row(struct ex_out *o, const char *key, const char *value)
+static void html_meta_row(struct out *o, const char *key, const char *value)
 {
         if (!value || !*value)
                 return;
-        ex_puts(o, "<dt>");
-        ex_xml_text(o, key);
-        ex_puts(o, "</dt><dd>");
-        ex_xml_text(o, value);
-        ex_puts(o, "</dd>\n");
+        out_puts(o, "<dt>");
+        out_xml_text(o, key);
+        out_puts(o, "</dt><dd>");
+        out_xml_text(o, value);
+        out_puts(o, "</dd>\n");
 }
 
-static void html_header(struct ex_out *o, struct ex_model *m, const char *title)
+static void html_header(struct out *o, struct ex_model *m, const char *title)
 {
         char summary[256];
         ex_model_describe(m, summary, sizeof(summary));
-        ex_puts(o, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n");
-        ex_puts(o, "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"/>\n");
-        ex_puts(o, "<title>");
-        ex_xml_text(o, title);
-        ex_printf(o, "</title>\n<style>\n%s</style>\n</head>\n<body>\n<header>\n<h1>", html_css);
-        ex_xml_text(o, title);
-        ex_puts(o, "</h1>\n<p class=\"summary\" id=\"summary\">");
-        ex_xml_text(o, summary);
-        ex_printf(o, "</p>\n<dl class=\"meta\" data-samples=\"%" PRIu64 "\">\n", m->total);
+        out_puts(o, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n");
+        out_puts(o, "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"/>\n");
+        out_puts(o, "<title>");
+        out_xml_text(o, title);
+        out_printf(o, "</title>\n<style>\n%s</style>\n</head>\n<body>\n<header>\n<h1>", html_css);
+        out_xml_text(o, title);
+        out_puts(o, "</h1>\n<p class=\"summary\" id=\"summary\">");
+        out_xml_text(o, summary);
+        out_printf(o, "</p>\n<dl class=\"meta\" data-samples=\"%" PRIu64 "\">\n", m->total);
         struct trace_reader *r = m->r;
         const char *wall = trace_reader_meta(r, TRACE_META_START_WALL_NS);
         if (wall) {
@@ -529,22 +529,22 @@ static void html_header(struct ex_out *o, struct ex_model *m, const char *title)
         if (!m->summary.finalized)
                 html_meta_row(o, "note",
                               "the recording did not finish; it ends at its last commit");
-        ex_puts(o, "</dl>\n</header>\n");
+        out_puts(o, "</dl>\n</header>\n");
 }
 
 int export_html(struct ex_model *m, const struct trace_filter *filter,
-                const struct export_options *opt, struct ex_out *o)
+                const struct export_options *opt, struct out *o)
 {
         const char *title = opt->title ? opt->title : "pyflame report";
         html_header(o, m, title);
 
         char subtitle[256];
         ex_model_describe(m, subtitle, sizeof(subtitle));
-        ex_printf(o, "<section id=\"flame\">\n<h2>%s</h2>\n",
-                  opt->icicle ? "Icicle graph" : "Flame graph");
-        ex_puts(o, "<div class=\"searchbar\"><input id=\"search\" type=\"search\" "
-                   "placeholder=\"Search frames (a regular expression)\"/> click a frame to zoom, "
-                   "\"all\" or Reset Zoom to go back</div>\n");
+        out_printf(o, "<section id=\"flame\">\n<h2>%s</h2>\n",
+                   opt->icicle ? "Icicle graph" : "Flame graph");
+        out_puts(o, "<div class=\"searchbar\"><input id=\"search\" type=\"search\" "
+                    "placeholder=\"Search frames (a regular expression)\"/> click a frame to zoom, "
+                    "\"all\" or Reset Zoom to go back</div>\n");
         struct flame_svg_opts so = {
             .title = title,
             .subtitle = subtitle,
@@ -553,7 +553,7 @@ int export_html(struct ex_model *m, const struct trace_filter *filter,
             .inline_html = true,
         };
         flame_write_svg(o, m, &so);
-        ex_puts(o, "</section>\n");
+        out_puts(o, "</section>\n");
 
         int rc = html_timeline(o, m, filter);
         if (rc == 0)
@@ -562,11 +562,11 @@ int export_html(struct ex_model *m, const struct trace_filter *filter,
                 rc = html_table(o, m, true);
         if (rc < 0)
                 return rc;
-        ex_puts(o, "<script>\n//<![CDATA[\n");
-        ex_puts(o, flame_js);
-        ex_puts(o, "pyflameInit(document.getElementById('flamegraph'), "
-                   "{ input: document.getElementById('search') });\n");
-        ex_puts(o, html_table_js);
-        ex_puts(o, "//]]>\n</script>\n</body>\n</html>\n");
+        out_puts(o, "<script>\n//<![CDATA[\n");
+        out_puts(o, flame_js);
+        out_puts(o, "pyflameInit(document.getElementById('flamegraph'), "
+                    "{ input: document.getElementById('search') });\n");
+        out_puts(o, html_table_js);
+        out_puts(o, "//]]>\n</script>\n</body>\n</html>\n");
         return 0;
 }

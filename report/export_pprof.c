@@ -316,7 +316,7 @@ static void pp_string_table(struct pb *prof, struct pb_strings *st)
         pf_buf_free(&cstr);
 }
 
-static int pp_gzip(struct ex_model *m, const struct pf_buf *in, struct ex_out *o)
+static int pp_gzip(struct ex_model *m, const struct pf_buf *in, struct out *o)
 {
         z_stream zs = {0};
         if (deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
@@ -336,7 +336,7 @@ static int pp_gzip(struct ex_model *m, const struct pf_buf *in, struct ex_out *o
                         zrc = deflate(&zs, flush);
                         if (zrc == Z_STREAM_ERROR)
                                 break;
-                        ex_write(o, chunk, sizeof(chunk) - zs.avail_out);
+                        out_write(o, chunk, sizeof(chunk) - zs.avail_out);
                 } while (zs.avail_out == 0);
                 p += take;
                 left -= take;
@@ -348,7 +348,7 @@ static int pp_gzip(struct ex_model *m, const struct pf_buf *in, struct ex_out *o
 }
 
 int export_pprof(struct ex_model *m, const struct trace_filter *filter,
-                 const struct export_options *opt, struct ex_out *o)
+                 const struct export_options *opt, struct out *o)
 {
         uint32_t max_ref = 0, max_depth = 0;
         uint32_t *index = ex_thread_index(m, &max_ref);

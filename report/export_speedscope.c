@@ -68,25 +68,25 @@ static int ss_sample(void *ctx, const struct trace_sample *s)
         return 0;
 }
 
-static void ss_frames(struct ex_out *o, const struct ex_model *m)
+static void ss_frames(struct out *o, const struct ex_model *m)
 {
-        ex_puts(o, "\"shared\":{\"frames\":[");
+        out_puts(o, "\"shared\":{\"frames\":[");
         for (uint32_t i = 0; i < m->n_labels; i++) {
                 const struct ex_label *l = &m->labels[i];
-                ex_puts(o, i ? ",\n{\"name\":" : "\n{\"name\":");
-                ex_json_str(o, l->name);
+                out_puts(o, i ? ",\n{\"name\":" : "\n{\"name\":");
+                out_json_embedded(o, l->name);
                 if (*l->file && l->kind != TRACE_FRAME_SPECIAL) {
-                        ex_puts(o, ",\"file\":");
-                        ex_json_str(o, l->file);
+                        out_puts(o, ",\"file\":");
+                        out_json_embedded(o, l->file);
                         if (l->line >= 0)
-                                ex_printf(o, ",\"line\":%d", (int)l->line);
+                                out_printf(o, ",\"line\":%d", (int)l->line);
                 }
-                ex_puts(o, "}");
+                out_puts(o, "}");
         }
-        ex_puts(o, "]},\n");
+        out_puts(o, "]},\n");
 }
 
-static void ss_profile_name(struct ex_out *o, const struct trace_thread *t)
+static void ss_profile_name(struct out *o, const struct trace_thread *t)
 {
         char buf[512];
         char tid[32];
@@ -98,33 +98,33 @@ static void ss_profile_name(struct ex_out *o, const struct trace_thread *t)
                 snprintf(buf, sizeof(buf), "%s (%s, pid %" PRId32 ")", t->name, tid, t->pid);
         else
                 snprintf(buf, sizeof(buf), "%s (pid %" PRId32 ")", tid, t->pid);
-        ex_json_str(o, buf);
+        out_json_embedded(o, buf);
 }
 
-static void ss_profile(struct ex_out *o, const struct ex_model *m, const struct trace_thread *info,
+static void ss_profile(struct out *o, const struct ex_model *m, const struct trace_thread *info,
                        const struct ss_thread *t, uint64_t weight, uint32_t *path)
 {
-        ex_puts(o, "{\"type\":\"sampled\",\"name\":");
+        out_puts(o, "{\"type\":\"sampled\",\"name\":");
         ss_profile_name(o, info);
-        ex_printf(o, ",\"unit\":\"nanoseconds\",\"startValue\":%" PRId64 ",\"endValue\":%" PRId64,
-                  t->first_ns, t->first_ns + (int64_t)(t->samples * weight));
-        ex_puts(o, ",\n\"samples\":[");
+        out_printf(o, ",\"unit\":\"nanoseconds\",\"startValue\":%" PRId64 ",\"endValue\":%" PRId64,
+                   t->first_ns, t->first_ns + (int64_t)(t->samples * weight));
+        out_puts(o, ",\n\"samples\":[");
         for (size_t i = 0; i < t->n; i++) {
                 uint32_t depth = ex_model_path(m, t->runs[i].node, path);
-                ex_puts(o, i ? ",[" : "[");
+                out_puts(o, i ? ",[" : "[");
                 for (uint32_t d = 0; d < depth; d++)
-                        ex_printf(o, "%s%u", d ? "," : "", m->nodes[path[d]].label);
-                ex_puts(o, (i + 1) % 16 ? "]" : "]\n");
+                        out_printf(o, "%s%u", d ? "," : "", m->nodes[path[d]].label);
+                out_puts(o, (i + 1) % 16 ? "]" : "]\n");
         }
-        ex_puts(o, "],\n\"weights\":[");
+        out_puts(o, "],\n\"weights\":[");
         for (size_t i = 0; i < t->n; i++)
-                ex_printf(o, "%s%" PRIu64 "%s", i ? "," : "", t->runs[i].count * weight,
-                          (i + 1) % 16 ? "" : "\n");
-        ex_puts(o, "]}");
+                out_printf(o, "%s%" PRIu64 "%s", i ? "," : "", t->runs[i].count * weight,
+                           (i + 1) % 16 ? "" : "\n");
+        out_puts(o, "]}");
 }
 
 int export_speedscope(struct ex_model *m, const struct trace_filter *filter,
-                      const struct export_options *opt, struct ex_out *o)
+                      const struct export_options *opt, struct out *o)
 {
         uint32_t max_ref = 0, max_depth = 0;
         uint32_t *index = ex_thread_index(m, &max_ref);
@@ -160,30 +160,30 @@ int export_speedscope(struct ex_model *m, const struct trace_filter *filter,
                         }
                         n_profiles++;
                 }
-                ex_puts(o,
-                        "{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\",\n");
-                ex_puts(o, "\"name\":");
-                ex_json_str(o, opt->title ? opt->title : "pyflame profile");
-                ex_printf(o, ",\n\"exporter\":\"pyflame\",\"activeProfileIndex\":%u,\n", active);
+                out_puts(o,
+                         "{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\",\n");
+                out_puts(o, "\"name\":");
+                out_json_embedded(o, opt->title ? opt->title : "pyflame profile");
+                out_printf(o, ",\n\"exporter\":\"pyflame\",\"activeProfileIndex\":%u,\n", active);
                 ss_frames(o, m);
-                ex_puts(o, "\"profiles\":[");
+                out_puts(o, "\"profiles\":[");
                 bool first = true;
                 for (uint32_t ref = 1; ref <= max_ref; ref++) {
                         struct trace_thread info;
                         if (!c.threads[ref].samples || index[ref] == UINT32_MAX ||
                             trace_reader_thread_at(m->r, index[ref], &info) < 0)
                                 continue;
-                        ex_puts(o, first ? "\n" : ",\n");
+                        out_puts(o, first ? "\n" : ",\n");
                         first = false;
                         ss_profile(o, m, &info, &c.threads[ref], weight, path);
                 }
                 if (first) {
                         /* speedscope refuses a file without profiles: say there was nothing. */
-                        ex_puts(o, "\n{\"type\":\"sampled\",\"name\":\"no samples selected\","
-                                   "\"unit\":\"nanoseconds\",\"startValue\":0,\"endValue\":0,"
-                                   "\"samples\":[],\"weights\":[]}");
+                        out_puts(o, "\n{\"type\":\"sampled\",\"name\":\"no samples selected\","
+                                    "\"unit\":\"nanoseconds\",\"startValue\":0,\"endValue\":0,"
+                                    "\"samples\":[],\"weights\":[]}");
                 }
-                ex_puts(o, "]}\n");
+                out_puts(o, "]}\n");
         }
         for (uint32_t ref = 0; c.threads && ref <= max_ref; ref++)
                 free(c.threads[ref].runs);

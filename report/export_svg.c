@@ -6,7 +6,7 @@
 #include "flame.h"
 
 int export_svg(struct ex_model *m, const struct trace_filter *filter,
-               const struct export_options *opt, struct ex_out *o)
+               const struct export_options *opt, struct out *o)
 {
         char subtitle[256];
         ex_model_describe(m, subtitle, sizeof(subtitle));

@@ -195,7 +195,7 @@ static void frame_fit(const char *label, double w, char *buf, size_t len)
         memcpy(buf + keep, "..", 3);
 }
 
-static void write_frame(struct ex_out *o, const struct ex_model *m, uint32_t n, double x, double w,
+static void write_frame(struct out *o, const struct ex_model *m, uint32_t n, double x, double w,
                         double y)
 {
         const struct ex_node *node = &m->nodes[n];
@@ -205,26 +205,26 @@ static void write_frame(struct ex_out *o, const struct ex_model *m, uint32_t n, 
         frame_colour(l, n == 0, colour, sizeof(colour));
         frame_fit(name, w, text, sizeof(text));
         double pct = m->total ? 100.0 * (double)node->total / (double)m->total : 0;
-        ex_puts(o, "<g class=\"frame\" data-name=\"");
-        ex_xml_text(o, name);
-        ex_printf(o,
-                  "\" data-x=\"%" PRIu64 "\" data-n=\"%" PRIu64 "\" data-self=\"%" PRIu64
-                  "\" data-depth=\"%u\">",
-                  node->x, node->total, node->self, node->depth);
-        ex_puts(o, "<title>");
-        ex_xml_text(o, name);
-        ex_printf(o, "\n%" PRIu64 " samples (%.2f%%), self %" PRIu64 "</title>", node->total, pct,
-                  node->self);
-        ex_printf(o,
-                  "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" "
-                  "rx=\"2\" ry=\"2\"/>",
-                  x, y, w - 0.5 > 0.1 ? w - 0.5 : 0.1, FLAME_ROW - 1, colour);
-        ex_printf(o, "<text x=\"%.2f\" y=\"%.1f\">", x + 3, y + FLAME_ROW - 4.5);
-        ex_xml_text(o, text);
-        ex_puts(o, "</text></g>\n");
+        out_puts(o, "<g class=\"frame\" data-name=\"");
+        out_xml_text(o, name);
+        out_printf(o,
+                   "\" data-x=\"%" PRIu64 "\" data-n=\"%" PRIu64 "\" data-self=\"%" PRIu64
+                   "\" data-depth=\"%u\">",
+                   node->x, node->total, node->self, node->depth);
+        out_puts(o, "<title>");
+        out_xml_text(o, name);
+        out_printf(o, "\n%" PRIu64 " samples (%.2f%%), self %" PRIu64 "</title>", node->total, pct,
+                   node->self);
+        out_printf(o,
+                   "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" "
+                   "rx=\"2\" ry=\"2\"/>",
+                   x, y, w - 0.5 > 0.1 ? w - 0.5 : 0.1, FLAME_ROW - 1, colour);
+        out_printf(o, "<text x=\"%.2f\" y=\"%.1f\">", x + 3, y + FLAME_ROW - 4.5);
+        out_xml_text(o, text);
+        out_puts(o, "</text></g>\n");
 }
 
-void flame_write_svg(struct ex_out *o, const struct ex_model *m, const struct flame_svg_opts *opt)
+void flame_write_svg(struct out *o, const struct ex_model *m, const struct flame_svg_opts *opt)
 {
         unsigned width = opt->width ? opt->width : FLAME_DEFAULT_WIDTH;
         if (width < FLAME_MIN_WIDTH)
@@ -236,40 +236,40 @@ void flame_write_svg(struct ex_out *o, const struct ex_model *m, const struct fl
         double height = FLAME_TOP + rows * FLAME_ROW + FLAME_BOTTOM;
 
         if (!opt->inline_html)
-                ex_puts(o, "<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"no\"?>\n");
-        ex_printf(o,
-                  "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" class=\"pyflame\" "
-                  "width=\"%u\" height=\"%.0f\" viewBox=\"0 0 %u %.0f\" data-total=\"%" PRIu64
-                  "\" data-graph-x=\"%.0f\" data-graph-width=\"%.0f\" data-icicle=\"%d\"%s>\n",
-                  width, height, width, height, m->total, FLAME_PAD, gw, opt->icicle ? 1 : 0,
-                  opt->inline_html ? " id=\"flamegraph\"" : "");
-        ex_printf(o, "<style>\n%s</style>\n", flame_css);
-        ex_printf(o, "<rect x=\"0\" y=\"0\" width=\"%u\" height=\"%.0f\" fill=\"#fbf8f3\"/>\n",
-                  width, height);
-        ex_printf(o, "<text class=\"title\" x=\"%.1f\" y=\"24\" text-anchor=\"middle\">",
-                  width / 2.0);
-        ex_xml_text(o, opt->title);
-        ex_printf(o,
-                  "</text>\n<text class=\"subtitle\" x=\"%.1f\" y=\"42\" "
-                  "text-anchor=\"middle\">",
-                  width / 2.0);
-        ex_xml_text(o, opt->subtitle);
-        ex_puts(o, "</text>\n");
-        ex_printf(o,
-                  "<text class=\"button reset-zoom hide\" x=\"%.0f\" y=\"56\">Reset Zoom</text>\n",
-                  FLAME_PAD);
-        ex_printf(o,
-                  "<text class=\"button search-button\" x=\"%.0f\" y=\"56\" "
-                  "text-anchor=\"end\">Search</text>\n",
-                  width - FLAME_PAD);
-        ex_printf(o,
-                  "<text class=\"button clear-search hide\" x=\"%.0f\" y=\"56\" "
-                  "text-anchor=\"end\">Clear search</text>\n",
-                  width - FLAME_PAD - 70);
+                out_puts(o, "<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"no\"?>\n");
+        out_printf(o,
+                   "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" class=\"pyflame\" "
+                   "width=\"%u\" height=\"%.0f\" viewBox=\"0 0 %u %.0f\" data-total=\"%" PRIu64
+                   "\" data-graph-x=\"%.0f\" data-graph-width=\"%.0f\" data-icicle=\"%d\"%s>\n",
+                   width, height, width, height, m->total, FLAME_PAD, gw, opt->icicle ? 1 : 0,
+                   opt->inline_html ? " id=\"flamegraph\"" : "");
+        out_printf(o, "<style>\n%s</style>\n", flame_css);
+        out_printf(o, "<rect x=\"0\" y=\"0\" width=\"%u\" height=\"%.0f\" fill=\"#fbf8f3\"/>\n",
+                   width, height);
+        out_printf(o, "<text class=\"title\" x=\"%.1f\" y=\"24\" text-anchor=\"middle\">",
+                   width / 2.0);
+        out_xml_text(o, opt->title);
+        out_printf(o,
+                   "</text>\n<text class=\"subtitle\" x=\"%.1f\" y=\"42\" "
+                   "text-anchor=\"middle\">",
+                   width / 2.0);
+        out_xml_text(o, opt->subtitle);
+        out_puts(o, "</text>\n");
+        out_printf(o,
+                   "<text class=\"button reset-zoom hide\" x=\"%.0f\" y=\"56\">Reset Zoom</text>\n",
+                   FLAME_PAD);
+        out_printf(o,
+                   "<text class=\"button search-button\" x=\"%.0f\" y=\"56\" "
+                   "text-anchor=\"end\">Search</text>\n",
+                   width - FLAME_PAD);
+        out_printf(o,
+                   "<text class=\"button clear-search hide\" x=\"%.0f\" y=\"56\" "
+                   "text-anchor=\"end\">Clear search</text>\n",
+                   width - FLAME_PAD - 70);
 
-        ex_puts(o, "<g class=\"frames\">\n");
+        out_puts(o, "<g class=\"frames\">\n");
         if (m->total == 0) {
-                ex_printf(
+                out_printf(
                     o, "<text class=\"empty\" x=\"%.0f\" y=\"%.0f\">No samples selected.</text>\n",
                     FLAME_PAD, FLAME_TOP + FLAME_ROW - 4);
         }
@@ -283,15 +283,15 @@ void flame_write_svg(struct ex_out *o, const struct ex_model *m, const struct fl
                                        : FLAME_TOP + (rows - 1 - node->depth) * FLAME_ROW;
                 write_frame(o, m, n, x, w, y);
         }
-        ex_puts(o, "</g>\n");
-        ex_printf(o, "<text class=\"details\" x=\"%.0f\" y=\"%.0f\"> </text>\n", FLAME_PAD,
-                  height - 14);
-        ex_printf(o, "<text class=\"matched\" x=\"%.0f\" y=\"%.0f\" text-anchor=\"end\"></text>\n",
-                  width - FLAME_PAD, height - 14);
+        out_puts(o, "</g>\n");
+        out_printf(o, "<text class=\"details\" x=\"%.0f\" y=\"%.0f\"> </text>\n", FLAME_PAD,
+                   height - 14);
+        out_printf(o, "<text class=\"matched\" x=\"%.0f\" y=\"%.0f\" text-anchor=\"end\"></text>\n",
+                   width - FLAME_PAD, height - 14);
         if (!opt->inline_html) {
-                ex_puts(o, "<script type=\"text/ecmascript\"><![CDATA[\n");
-                ex_puts(o, flame_js);
-                ex_puts(o, "pyflameInit(document.documentElement);\n]]></script>\n");
+                out_puts(o, "<script type=\"text/ecmascript\"><![CDATA[\n");
+                out_puts(o, flame_js);
+                out_puts(o, "pyflameInit(document.documentElement);\n]]></script>\n");
         }
-        ex_puts(o, "</svg>\n");
+        out_puts(o, "</svg>\n");
 }

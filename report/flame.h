@@ -31,6 +31,7 @@
 #include <stdio.h>
 
 #include "export.h"
+#include "out.h"
 #include "pfutil.h"
 #include "trace.h"
 
@@ -38,34 +39,8 @@
 /* Output                                                              */
 /* ------------------------------------------------------------------ */
 
-/*
- * A buffered writer to a stdio stream that remembers its first failure, so
- * writers can emit without checking every call and look once at the end.
- */
-struct ex_out {
-        FILE *f;
-        struct pf_buf buf;
-        int err; /* 0, or the errno of the first failure (ENOMEM included) */
-};
-
-void ex_out_init(struct ex_out *o, FILE *f);
-void ex_write(struct ex_out *o, const void *p, size_t n);
-void ex_puts(struct ex_out *o, const char *s);
-void ex_printf(struct ex_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* `s` as a JSON string literal, quotes included; bytes that are not UTF-8 become U+FFFD. */
-void ex_json_str(struct ex_out *o, const char *s);
-/*
- * `s` escaped for XML/HTML text and attribute values (&, <, >, " and '),
- * characters XML forbids and bytes that are not UTF-8 replaced by U+FFFD.
- */
-void ex_xml_text(struct ex_out *o, const char *s);
 /* `ns` nanoseconds as microseconds with three decimals ("12.345"), exactly. */
-void ex_us(struct ex_out *o, int64_t ns);
-/*
- * Flush what is buffered and the stream itself, release the buffer. Returns
- * 0, or the errno of the first failure.
- */
-int ex_out_finish(struct ex_out *o);
+void ex_us(struct out *o, int64_t ns);
 
 /* Append `s` to `b` as valid UTF-8 (invalid bytes become U+FFFD). Returns 0 or -1. */
 int ex_utf8_clean(struct pf_buf *b, const char *s);
@@ -194,7 +169,7 @@ struct flame_svg_opts {
 };
 
 /* Write the flame graph of `m` as SVG: a whole document, or an element for HTML. */
-void flame_write_svg(struct ex_out *o, const struct ex_model *m, const struct flame_svg_opts *opt);
+void flame_write_svg(struct out *o, const struct ex_model *m, const struct flame_svg_opts *opt);
 
 /*
  * The flame graph's script: defines pyflameInit(svgElement), which wires
@@ -214,16 +189,16 @@ extern const char flame_js[];
  * Write failures are left in `o` for the caller to find.
  */
 typedef int (*export_fn)(struct ex_model *m, const struct trace_filter *filter,
-                         const struct export_options *opt, struct ex_out *o);
+                         const struct export_options *opt, struct out *o);
 int export_svg(struct ex_model *m, const struct trace_filter *filter,
-               const struct export_options *opt, struct ex_out *o);
+               const struct export_options *opt, struct out *o);
 int export_html(struct ex_model *m, const struct trace_filter *filter,
-                const struct export_options *opt, struct ex_out *o);
+                const struct export_options *opt, struct out *o);
 int export_speedscope(struct ex_model *m, const struct trace_filter *filter,
-                      const struct export_options *opt, struct ex_out *o);
+                      const struct export_options *opt, struct out *o);
 int export_pprof(struct ex_model *m, const struct trace_filter *filter,
-                 const struct export_options *opt, struct ex_out *o);
+                 const struct export_options *opt, struct out *o);
 int export_chrome(struct ex_model *m, const struct trace_filter *filter,
-                  const struct export_options *opt, struct ex_out *o);
+                  const struct export_options *opt, struct out *o);
 
 #endif

@@ -1,7 +1,6 @@
 /*
- * output.c - pyflame-report's output: a buffer that holds everything a
- * command prints until it has succeeded, its atomic commit to stdout or a
- * file, the quoting rules of CSV and JSON, and tables printed in the three
+ * output.c - pyflame-report's output: the atomic commit of what a command
+ * wrote (out.c, out.h) to stdout or a file, and tables printed in the three
  * formats.
  *
  * Buffering is what keeps a failure from looking like a result: a trace that
@@ -19,119 +18,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-int out_format_parse(const char *s, enum out_format *f)
-{
-        if (!strcmp(s, "text"))
-                *f = OUT_TEXT;
-        else if (!strcmp(s, "csv"))
-                *f = OUT_CSV;
-        else if (!strcmp(s, "json"))
-                *f = OUT_JSON;
-        else
-                return -1;
-        return 0;
-}
-
-void out_write(struct out *o, const char *s, size_t n)
-{
-        if (!o->nomem && pf_buf_append(&o->buf, s, n) < 0)
-                o->nomem = true;
-}
-
-void out_take(struct out *o, char *data, size_t len)
-{
-        if (o->buf.len || o->nomem) {
-                out_write(o, data, len);
-                free(data);
-                return;
-        }
-        pf_buf_free(&o->buf);
-        o->buf.data = (uint8_t *)data;
-        o->buf.len = o->buf.cap = len;
-}
-
-void out_puts(struct out *o, const char *s)
-{
-        out_write(o, s, strlen(s));
-}
-
-void out_printf(struct out *o, const char *fmt, ...)
-{
-        char small[256];
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(small, sizeof(small), fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-                o->nomem = true;
-                return;
-        }
-        if ((size_t)n < sizeof(small)) {
-                out_write(o, small, (size_t)n);
-                return;
-        }
-        if (o->nomem || pf_buf_reserve(&o->buf, (size_t)n + 1) < 0) {
-                o->nomem = true;
-                return;
-        }
-        va_start(ap, fmt);
-        vsnprintf((char *)o->buf.data + o->buf.len, (size_t)n + 1, fmt, ap);
-        va_end(ap);
-        o->buf.len += (size_t)n;
-}
-
-void out_json_string(struct out *o, const char *s)
-{
-        if (!s) {
-                out_puts(o, "null");
-                return;
-        }
-        out_write(o, "\"", 1);
-        const char *run = s, *p = s;
-        while (*p) {
-                uint32_t cp;
-                size_t n = pf_utf8_decode(p, &cp);
-                if (n && cp >= 0x20 && cp != '"' && cp != '\\') {
-                        p += n;
-                        continue;
-                }
-                out_write(o, run, (size_t)(p - run));
-                if (!n) /* not UTF-8: the one rule (pfutil.h) */
-                        out_puts(o, PF_UTF8_REPLACEMENT);
-                else if (cp == '"')
-                        out_puts(o, "\\\"");
-                else if (cp == '\\')
-                        out_puts(o, "\\\\");
-                else if (cp == '\n')
-                        out_puts(o, "\\n");
-                else if (cp == '\t')
-                        out_puts(o, "\\t");
-                else
-                        out_printf(o, "\\u%04x", (unsigned)cp);
-                p += n ? n : 1;
-                run = p;
-        }
-        out_puts(o, run);
-        out_write(o, "\"", 1);
-}
-
-void out_csv_field(struct out *o, const char *s)
-{
-        if (!s)
-                return;
-        if (!strpbrk(s, ",\"\r\n")) {
-                out_puts(o, s);
-                return;
-        }
-        out_write(o, "\"", 1);
-        for (const char *p = s; *p; p++) {
-                if (*p == '"')
-                        out_write(o, "\"", 1);
-                out_write(o, p, 1);
-        }
-        out_write(o, "\"", 1);
-}
 
 /* Write all of [p, p+n) to fd. Returns 0 or -1 with errno set. */
 static int write_all(int fd, const uint8_t *p, size_t n)
@@ -209,12 +95,6 @@ int out_commit(struct out *o, const char *path)
         if (write_all(STDOUT_FILENO, o->buf.data, o->buf.len) < 0)
                 return report_fail("stdout", "cannot write the output: %s", strerror(errno));
         return 0;
-}
-
-void out_free(struct out *o)
-{
-        pf_buf_free(&o->buf);
-        o->nomem = false;
 }
 
 struct table_cell *table_add_row(struct table *t)

@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "out.h"
 #include "pfutil.h"
 #include "trace.h"
 
@@ -103,53 +104,7 @@ int report_check_output(const char *output, const char *trace);
  */
 int report_read_failed(const char *path, const struct trace_reader *r, int status);
 
-/* ------------------------------------------------------------------ */
-/* Output (output.c)                                                   */
-/* ------------------------------------------------------------------ */
-
-enum out_format { OUT_TEXT, OUT_CSV, OUT_JSON };
-
-/* Parse "text", "csv" or "json". Returns 0, or -1 on anything else. */
-int out_format_parse(const char *s, enum out_format *f);
-
-/*
- * Everything a command prints, held in memory until out_commit(). Zero-
- * initialise. Appends never fail visibly: running out of memory sets `nomem`
- * and out_commit() then reports it instead of writing a partial result.
- */
-struct out {
-        struct pf_buf buf;
-        bool nomem;
-};
-
-void out_write(struct out *o, const char *s, size_t n);
-void out_puts(struct out *o, const char *s);
-void out_printf(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/*
- * Append malloc'ed `data` of `len` bytes, taking ownership of it: adopted
- * without a copy when nothing was buffered yet (a big export is not held twice).
- */
-void out_take(struct out *o, char *data, size_t len);
-/* A JSON string literal for `s` (null when s is NULL), quotes included. */
-void out_json_string(struct out *o, const char *s);
-/* One CSV field for `s` (quoted when needed, empty when s is NULL). */
-void out_csv_field(struct out *o, const char *s);
-
-/*
- * The temporary name to write `path`'s new content under before renaming it
- * into place: ".NAME.XXXXXX" in the same directory (a template for
- * mkstemp). malloc'ed; NULL when out of memory.
- */
-char *out_temp_name(const char *path);
-
-/*
- * Write the buffered output to stdout (path NULL) or to `path`: there through
- * a temporary file in the same directory renamed over `path` only once fully
- * written, so a failure never leaves a partial file behind. Returns 0, or
- * prints one line naming the problem and returns REPORT_EXIT_FAIL.
- */
-int out_commit(struct out *o, const char *path);
-void out_free(struct out *o);
+/* Output (output.c): out.h. */
 
 /* A column of a table. Cells of numeric kinds print unquoted in JSON. */
 enum table_kind {
