@@ -282,107 +282,99 @@ static int add_rule(struct diff_opts *o, const char *s)
         return 0;
 }
 
-/* Returns 0, 1 when --help was printed, or REPORT_EXIT_FAIL after a message. */
-static int parse_args(int argc, char **argv, struct diff_opts *o)
+/*
+ * One option of getopt's, c (its argument in optarg). Returns 0, 1 when
+ * --help was printed, or REPORT_EXIT_FAIL.
+ */
+static int diff_option(struct diff_opts *o, int c, char **argv)
 {
-        o->confidence = DIFF_CONFIDENCE;
-        o->min_samples = DIFF_MIN_SAMPLES;
-        o->top = DIFF_TOP_DEFAULT;
-        opterr = 0;
-        optind = 1;
-        for (;;) {
-                int c = getopt_long(argc, argv, ":ho:", long_options, NULL);
-                if (c == -1)
-                        break;
-                int sel = select_opts_parse(&o->select, c, optarg);
-                if (sel == 1)
-                        continue;
-                if (sel)
-                        return sel;
-                switch (c) {
-                case OPT_BY_FUNCTION:
-                case OPT_BY_LINE:
-                case OPT_FOLDED: {
-                        enum diff_view v = c == OPT_BY_FUNCTION ? DIFF_BY_FUNCTION
-                                           : c == OPT_BY_LINE   ? DIFF_BY_LINE
-                                                                : DIFF_FOLDED;
-                        if (o->view_given && o->view != v)
-                                return report_usage(DIFF_CMD,
-                                                    "--by-function, --by-line and --folded are "
-                                                    "different rows; pick one");
-                        o->view = v;
-                        o->view_given = true;
-                        break;
-                }
-                case OPT_PER:
-                        if (!strcmp(optarg, "samples"))
-                                o->per = PER_SAMPLES;
-                        else if (!strcmp(optarg, "time"))
-                                o->per = PER_TIME;
-                        else
-                                return report_usage(DIFF_CMD, "--per: '%s' is not samples or time",
-                                                    optarg);
-                        break;
-                case OPT_CONFIDENCE:
-                        if (parse_confidence(optarg, &o->confidence) < 0)
-                                return report_usage(DIFF_CMD,
-                                                    "--confidence: '%s' is not a confidence "
-                                                    "between 50%% and 100%% (e.g. 99, 99.9%%, "
-                                                    "0.95)",
-                                                    optarg);
-                        break;
-                case OPT_MIN_SAMPLES:
-                        if (parse_count(optarg, &o->min_samples) < 0)
-                                return report_usage(DIFF_CMD,
-                                                    "--min-samples: '%s' is not a number of "
-                                                    "samples",
-                                                    optarg);
-                        break;
-                case OPT_FAIL_ON: {
-                        int rc = add_rule(o, optarg);
-                        if (rc)
-                                return rc;
-                        break;
-                }
-                case OPT_FORMAT:
-                        if (!strcmp(optarg, "text"))
-                                o->format = DF_TEXT;
-                        else if (!strcmp(optarg, "markdown") || !strcmp(optarg, "md"))
-                                o->format = DF_MARKDOWN;
-                        else if (!strcmp(optarg, "csv"))
-                                o->format = DF_CSV;
-                        else if (!strcmp(optarg, "json"))
-                                o->format = DF_JSON;
-                        else if (!strcmp(optarg, "folded"))
-                                o->format = DF_FOLDED;
-                        else
-                                return report_usage(DIFF_CMD,
-                                                    "--format: '%s' is not text, markdown, csv, "
-                                                    "json or folded",
-                                                    optarg);
-                        o->format_given = true;
-                        break;
-                case OPT_TOP: {
-                        uint64_t v;
-                        if (parse_count(optarg, &v) < 0 || v > SIZE_MAX)
-                                return report_usage(DIFF_CMD,
-                                                    "--top: '%s' is not a number of rows (0 "
-                                                    "shows all)",
-                                                    optarg);
-                        o->top = (size_t)v;
-                        o->top_given = true;
-                        break;
-                }
-                case 'o':
-                        o->output = optarg;
-                        break;
-                case 'h':
-                        cmd_diff_help();
-                        return 1;
-                default:
-                        return report_bad_option(DIFF_CMD, c, argv);
-                }
+        switch (c) {
+        case OPT_BY_FUNCTION:
+        case OPT_BY_LINE:
+        case OPT_FOLDED: {
+                enum diff_view v = c == OPT_BY_FUNCTION ? DIFF_BY_FUNCTION
+                                   : c == OPT_BY_LINE   ? DIFF_BY_LINE
+                                                        : DIFF_FOLDED;
+                if (o->view_given && o->view != v)
+                        return report_usage(DIFF_CMD, "--by-function, --by-line and --folded are "
+                                                      "different rows; pick one");
+                o->view = v;
+                o->view_given = true;
+                break;
         }
+        case OPT_PER:
+                if (!strcmp(optarg, "samples"))
+                        o->per = PER_SAMPLES;
+                else if (!strcmp(optarg, "time"))
+                        o->per = PER_TIME;
+                else
+                        return report_usage(DIFF_CMD, "--per: '%s' is not samples or time", optarg);
+                break;
+        case OPT_CONFIDENCE:
+                if (parse_confidence(optarg, &o->confidence) < 0)
+                        return report_usage(DIFF_CMD,
+                                            "--confidence: '%s' is not a confidence "
+                                            "between 50%% and 100%% (e.g. 99, 99.9%%, "
+                                            "0.95)",
+                                            optarg);
+                break;
+        case OPT_MIN_SAMPLES:
+                if (parse_count(optarg, &o->min_samples) < 0)
+                        return report_usage(DIFF_CMD,
+                                            "--min-samples: '%s' is not a number of "
+                                            "samples",
+                                            optarg);
+                break;
+        case OPT_FAIL_ON: {
+                int rc = add_rule(o, optarg);
+                if (rc)
+                        return rc;
+                break;
+        }
+        case OPT_FORMAT:
+                if (!strcmp(optarg, "text"))
+                        o->format = DF_TEXT;
+                else if (!strcmp(optarg, "markdown") || !strcmp(optarg, "md"))
+                        o->format = DF_MARKDOWN;
+                else if (!strcmp(optarg, "csv"))
+                        o->format = DF_CSV;
+                else if (!strcmp(optarg, "json"))
+                        o->format = DF_JSON;
+                else if (!strcmp(optarg, "folded"))
+                        o->format = DF_FOLDED;
+                else
+                        return report_usage(DIFF_CMD,
+                                            "--format: '%s' is not text, markdown, csv, "
+                                            "json or folded",
+                                            optarg);
+                o->format_given = true;
+                break;
+        case OPT_TOP: {
+                uint64_t v;
+                if (parse_count(optarg, &v) < 0 || v > SIZE_MAX)
+                        return report_usage(DIFF_CMD,
+                                            "--top: '%s' is not a number of rows (0 "
+                                            "shows all)",
+                                            optarg);
+                o->top = (size_t)v;
+                o->top_given = true;
+                break;
+        }
+        case 'o':
+                o->output = optarg;
+                break;
+        case 'h':
+                cmd_diff_help();
+                return 1;
+        default:
+                return report_bad_option(DIFF_CMD, c, argv);
+        }
+        return 0;
+}
+
+/* The traces, and what the options mean together. Returns 0 or REPORT_EXIT_FAIL. */
+static int diff_check(struct diff_opts *o, int argc, char **argv)
+{
         if (argc - optind < 2)
                 return report_usage(DIFF_CMD, argc - optind == 0
                                                   ? "no traces given: BASE and NEW"
@@ -422,6 +414,29 @@ static int parse_args(int argc, char **argv, struct diff_opts *o)
                                             r->text);
         }
         return select_opts_check(&o->select, DIFF_CMD);
+}
+
+/* Returns 0, 1 when --help was printed, or REPORT_EXIT_FAIL after a message. */
+static int parse_args(int argc, char **argv, struct diff_opts *o)
+{
+        o->confidence = DIFF_CONFIDENCE;
+        o->min_samples = DIFF_MIN_SAMPLES;
+        o->top = DIFF_TOP_DEFAULT;
+        opterr = 0;
+        optind = 1;
+        for (;;) {
+                int c = getopt_long(argc, argv, ":ho:", long_options, NULL);
+                if (c == -1)
+                        break;
+                int rc = select_opts_parse(&o->select, c, optarg);
+                if (rc == 1)
+                        continue;
+                if (rc == 0)
+                        rc = diff_option(o, c, argv);
+                if (rc)
+                        return rc;
+        }
+        return diff_check(o, argc, argv);
 }
 
 /* ---- one side ---- */

@@ -681,95 +681,87 @@ static const struct option long_options[] = {
 #define PARSE_ANNOTATE 3
 
 /*
- * Parse the command line into *o. Returns 0, 1 when --help was printed,
- * PARSE_ANNOTATE, or REPORT_EXIT_FAIL after a usage message.
+ * One option of getopt's, c (its argument in optarg); a view option sets
+ * *chosen. Returns 0, 1 when --help was printed, PARSE_ANNOTATE, or
+ * REPORT_EXIT_FAIL.
  */
-static int parse_args(int argc, char **argv, struct report_opts *o)
+static int report_option(struct report_opts *o, int c, char **argv, const struct view **chosen)
 {
-        o->view = &views[VIEW_FOLDED];
-        o->top = TOP_DEFAULT;
-        const struct view *chosen = NULL;
-        opterr = 0;
-        optind = 1;
-        for (;;) {
-                int c = getopt_long(argc, argv, ":ho:", long_options, NULL);
-                if (c == -1)
-                        break;
-                int sel = select_opts_parse(&o->select, c, optarg);
-                if (sel == 1)
-                        continue;
-                if (sel)
-                        return sel;
-                switch (c) {
-                case OPT_SLICES:
-                case OPT_FOLDED:
-                case OPT_BY_LINE:
-                case OPT_BY_FUNCTION: {
-                        bool pct = false;
-                        if (c == OPT_SLICES && (pf_parse_duration(optarg, &o->slice_ns, &pct) < 0 ||
-                                                pct || o->slice_ns < 1000000))
-                                return report_usage(NULL,
-                                                    "--slices: '%s' is not a duration of 1ms or "
-                                                    "more, such as 1s or 500ms",
-                                                    optarg);
-                        const struct view *v = &views[c == OPT_FOLDED    ? VIEW_FOLDED
-                                                      : c == OPT_BY_LINE ? VIEW_BY_LINE
-                                                      : c == OPT_SLICES  ? VIEW_SLICES
-                                                                         : VIEW_BY_FUNCTION];
-                        if (chosen && chosen != v)
-                                return report_usage(NULL,
-                                                    "--%s and --%s are different views; "
-                                                    "pick one",
-                                                    chosen->name, v->name);
-                        chosen = v;
-                        break;
-                }
-                case OPT_TOP: {
-                        char *end;
-                        errno = 0;
-                        unsigned long long v = strtoull(optarg, &end, 10);
-                        if (errno || end == optarg || *end || optarg[0] == '-' || v > SIZE_MAX)
-                                return report_usage(NULL,
-                                                    "--top: '%s' is not a number of rows "
-                                                    "(0 shows all)",
-                                                    optarg);
-                        o->top = (size_t)v;
-                        o->top_given = true;
-                        break;
-                }
-                case OPT_NO_SOURCE:
-                        o->no_source = true;
-                        break;
-                case OPT_SOURCE:
-                        return PARSE_ANNOTATE;
-                case OPT_FORMAT:
-                        if (!strcmp(optarg, "folded"))
-                                optarg = "text";
-                        o->export_format = NULL;
-                        if (export_format_known(optarg))
-                                o->export_format = optarg;
-                        else if (out_format_parse(optarg, &o->format) < 0)
-                                return report_usage(NULL,
-                                                    "--format: '%s' is not text, csv, json, "
-                                                    "or one of " EXPORT_FORMATS,
-                                                    optarg);
-                        break;
-                case OPT_TITLE:
-                        o->export.title = optarg;
-                        break;
-                case OPT_ICICLE:
-                        o->export.icicle = true;
-                        break;
-                case 'o':
-                        o->output = optarg;
-                        break;
-                case 'h':
-                        cmd_report_help();
-                        return 1;
-                default:
-                        return report_bad_option(NULL, c, argv);
-                }
+        switch (c) {
+        case OPT_SLICES:
+        case OPT_FOLDED:
+        case OPT_BY_LINE:
+        case OPT_BY_FUNCTION: {
+                bool pct = false;
+                if (c == OPT_SLICES && (pf_parse_duration(optarg, &o->slice_ns, &pct) < 0 || pct ||
+                                        o->slice_ns < 1000000))
+                        return report_usage(NULL,
+                                            "--slices: '%s' is not a duration of 1ms or "
+                                            "more, such as 1s or 500ms",
+                                            optarg);
+                const struct view *v = &views[c == OPT_FOLDED    ? VIEW_FOLDED
+                                              : c == OPT_BY_LINE ? VIEW_BY_LINE
+                                              : c == OPT_SLICES  ? VIEW_SLICES
+                                                                 : VIEW_BY_FUNCTION];
+                if (*chosen && *chosen != v)
+                        return report_usage(NULL,
+                                            "--%s and --%s are different views; "
+                                            "pick one",
+                                            (*chosen)->name, v->name);
+                *chosen = v;
+                break;
         }
+        case OPT_TOP: {
+                char *end;
+                errno = 0;
+                unsigned long long v = strtoull(optarg, &end, 10);
+                if (errno || end == optarg || *end || optarg[0] == '-' || v > SIZE_MAX)
+                        return report_usage(NULL,
+                                            "--top: '%s' is not a number of rows "
+                                            "(0 shows all)",
+                                            optarg);
+                o->top = (size_t)v;
+                o->top_given = true;
+                break;
+        }
+        case OPT_NO_SOURCE:
+                o->no_source = true;
+                break;
+        case OPT_SOURCE:
+                return PARSE_ANNOTATE;
+        case OPT_FORMAT:
+                if (!strcmp(optarg, "folded"))
+                        optarg = "text";
+                o->export_format = NULL;
+                if (export_format_known(optarg))
+                        o->export_format = optarg;
+                else if (out_format_parse(optarg, &o->format) < 0)
+                        return report_usage(NULL,
+                                            "--format: '%s' is not text, csv, json, "
+                                            "or one of " EXPORT_FORMATS,
+                                            optarg);
+                break;
+        case OPT_TITLE:
+                o->export.title = optarg;
+                break;
+        case OPT_ICICLE:
+                o->export.icicle = true;
+                break;
+        case 'o':
+                o->output = optarg;
+                break;
+        case 'h':
+                cmd_report_help();
+                return 1;
+        default:
+                return report_bad_option(NULL, c, argv);
+        }
+        return 0;
+}
+
+/* The trace, and what the options mean together. Returns 0 or REPORT_EXIT_FAIL. */
+static int report_check(struct report_opts *o, const struct view *chosen, int argc, char **argv)
+{
         if (chosen)
                 o->view = chosen;
         if (o->export_format) {
@@ -802,6 +794,32 @@ static int parse_args(int argc, char **argv, struct report_opts *o)
         if (o->no_source && o->view != &views[VIEW_BY_LINE])
                 return report_usage(NULL, "--no-source applies to --by-line");
         return select_opts_check(&o->select, NULL);
+}
+
+/*
+ * Parse the command line into *o. Returns 0, 1 when --help was printed,
+ * PARSE_ANNOTATE, or REPORT_EXIT_FAIL after a usage message.
+ */
+static int parse_args(int argc, char **argv, struct report_opts *o)
+{
+        o->view = &views[VIEW_FOLDED];
+        o->top = TOP_DEFAULT;
+        const struct view *chosen = NULL;
+        opterr = 0;
+        optind = 1;
+        for (;;) {
+                int c = getopt_long(argc, argv, ":ho:", long_options, NULL);
+                if (c == -1)
+                        break;
+                int rc = select_opts_parse(&o->select, c, optarg);
+                if (rc == 1)
+                        continue;
+                if (rc == 0)
+                        rc = report_option(o, c, argv, &chosen);
+                if (rc)
+                        return rc;
+        }
+        return report_check(o, chosen, argc, argv);
 }
 
 int cmd_report(int argc, char **argv)
