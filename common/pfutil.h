@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 /* A growable byte buffer. Zero-initialise; release with pf_buf_free(). */
@@ -95,6 +96,18 @@ int pf_parse_size(const char *s, uint64_t *bytes);
 #else
 #define PF_ACQUIRE_FENCE() __atomic_thread_fence(__ATOMIC_ACQUIRE)
 #endif
+
+/*
+ * pyflame's version: the project version, "+git.<describe>" added when
+ * built from a git checkout ("0.1.0+git.3d0ce8e1a2b3-dirty"). Static string.
+ */
+const char *pf_version(void);
+
+/*
+ * What --version prints, for every command: "<prog> <version>", the trace
+ * format version, and the CPython versions pyflame-record reads.
+ */
+void pf_print_version(FILE *out, const char *prog, int format_version);
 
 /* Monotonic and wall clock, nanoseconds. */
 int64_t pf_now_mono_ns(void);

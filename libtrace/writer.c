@@ -1499,7 +1499,7 @@ static int initial_meta(struct trace_writer *w)
                 memset(&u, 0, sizeof(u));
         snprintf(kernel, sizeof(kernel), "%s %s %s %s", u.sysname, u.release, u.version, u.machine);
         if ((rc = set_meta(w, TRACE_META_FORMAT_VERSION, NULL, TRACE_FORMAT_VERSION)) < 0 ||
-            (rc = set_meta(w, TRACE_META_TOOL_VERSION, PYFLAME_VERSION, 0)) < 0 ||
+            (rc = set_meta(w, TRACE_META_TOOL_VERSION, pf_version(), 0)) < 0 ||
             (rc = set_meta(w, TRACE_META_HOST, u.nodename, 0)) < 0 ||
             (rc = set_meta(w, TRACE_META_KERNEL, kernel, 0)) < 0 ||
             (rc = set_meta(w, TRACE_META_START_WALL_NS, NULL, pf_now_wall_ns())) < 0 ||

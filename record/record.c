@@ -118,7 +118,8 @@ static void usage(FILE *f)
                 "      --dump             print every thread's stack once and exit\n"
                 "  -q, --quiet            no status line or summary\n"
                 "  -h, --help             this help\n"
-                "  -V, --version          print the version\n"
+                "  -V, --version          print the version, the trace format's and the\n"
+                "                         CPython versions it reads\n"
                 "\n"
                 "Then read the trace with pyflame-report FILE.\n",
                 prog, prog);
@@ -248,7 +249,7 @@ static int parse_args(int argc, char **argv, struct options *o)
                         usage(stdout);
                         exit(EXIT_OK);
                 case 'V':
-                        printf("pyflame-record %s\n", PYFLAME_VERSION);
+                        pf_print_version(stdout, "pyflame-record", TRACE_FORMAT_VERSION);
                         exit(EXIT_OK);
                 default:
                         fprintf(stderr, "Try '%s --help'.\n", prog);

@@ -55,7 +55,7 @@ int main(int argc, char **argv)
 {
 #ifdef REPORT_MAIN_COMMAND
         if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V"))) {
-                printf("%s %s\n", report_prog, PYFLAME_VERSION);
+                pf_print_version(stdout, report_prog, TRACE_FORMAT_VERSION);
                 return fflush(stdout) == 0 ? REPORT_EXIT_OK : REPORT_EXIT_FAIL;
         }
         for (size_t i = 0; i < N_COMMANDS; i++)
@@ -67,7 +67,7 @@ int main(int argc, char **argv)
                 return report_usage(NULL, "no trace file given");
         const char *first = argv[1];
         if (!strcmp(first, "--version") || !strcmp(first, "-V")) {
-                printf(REPORT_PROG " %s\n", PYFLAME_VERSION);
+                pf_print_version(stdout, REPORT_PROG, TRACE_FORMAT_VERSION);
                 return fflush(stdout) == 0 ? REPORT_EXIT_OK : REPORT_EXIT_FAIL;
         }
         if (!strcmp(first, "--help") || !strcmp(first, "-h")) {

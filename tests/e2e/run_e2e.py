@@ -643,6 +643,26 @@ def test_cli(r, label, py, mode):
     if mode == "blocking" or label not in ("3.12.1", "2.7.18"):
         return
     db = r.out("cli-%s" % label)
+    if label == "3.12.1":
+        # --version: the version, the trace format, the CPython versions read (which
+        # include every interpreter this machine has), the same from every command.
+        outs = []
+        for cmd in (r.record, r.report, os.path.join(os.path.dirname(r.report), "pyflame-diff")):
+            v = subprocess.run([cmd, "--version"], stdout=subprocess.PIPE,
+                               universal_newlines=True, timeout=30)
+            outs.append((os.path.basename(cmd), v.returncode, v.stdout))
+        lines = [o[2].splitlines() for o in outs]
+        ok = all(rc == 0 and len(ls) == 3 and ls[0].startswith(name + " ") and
+                 ls[1] == "trace format 1" and ls[2] == lines[0][2]
+                 for (name, rc, _), ls in zip(outs, lines))
+        listed = lines[0][2] if ok else ""
+        m = re.match(r"CPython 2\.7 and 3\.(\d+) to 3\.(\d+)$", listed)
+        here = [v for v, _ in interpreters()]
+        ok = ok and m is not None and all(
+            v.startswith("2.7") or int(m.group(1)) <= int(v.split(".")[1]) <= int(m.group(2))
+            for v in (h.replace("debian-", "") for h in here))
+        r.check("--version of every command: version, trace format, CPython versions read",
+                ok, repr(outs))
     status, out = run_in_pty([r.record, "-f", "-o", db, "-r", "100", "--", py,
                               os.path.join(WORK, "hot.py"), "1.5"])
     r.check("%s status line on a terminal (elapsed, samples, rate, errors)" % label,

@@ -26,6 +26,7 @@
 
 #include "imgbuild.h"
 #include "pylayout.h"
+#include "pyflame-config.h"
 #include "pywalk.h"
 
 /* ---- versions ---- */
@@ -1469,6 +1470,8 @@ static void check_tables(void **state)
         char list[128];
         pylayout_supported_list(list, sizeof(list));
         assert_string_equal(list, "2.7 and 3.6 to 3.15");
+        /* What every command's --version says (meson.build) is the table's list. */
+        assert_string_equal(list, PYFLAME_CPYTHON);
         assert_true(pylayout_supported(2, 7));
         assert_true(pylayout_supported(3, 6));
         assert_true(pylayout_supported(3, 15));
