@@ -15,6 +15,7 @@ Prints one line per check and ends with 'N passed, N failed, N skipped'.
 import argparse
 import glob
 import json
+import math
 import os
 import re
 import shutil
@@ -583,15 +584,24 @@ def test_accuracy(r, label, py, mode):
         truth = json.load(f)["fast_loop"]
     got, n = shares(r, db, "fast_loop", "flat", "total")
     inf = r.info(db)
+    # 6 points, or 4 standard errors when a loaded machine left fewer samples (blocking
+    # mode misses slots when the CPUs are busy with other work).
+    bound = max(0.06, 4 * math.sqrt(0.25 / max(n, 1)))
     r.check("%s %s accuracy: a stack that changes every few ns, read from another CPU: "
-            "fast_loop %.1f%% of %d samples, truly %.1f%% (within 6 points; %d torn)"
-            % (label, mode, 100 * got, n, 100 * truth, inf["errors"]["torn"]),
-            n >= 1000 and abs(got - truth) <= 0.06)
+            "fast_loop %.1f%% of %d samples, truly %.1f%% (within %.0f points; %d torn)"
+            % (label, mode, 100 * got, n, 100 * truth, 100 * bound, inf["errors"]["torn"]),
+            n >= 300 and abs(got - truth) <= bound)
     if mode == "nonblocking" and os.geteuid() == 0 and "capture" in inf["meta"]:
-        captured = int(inf["meta"].get("captured_samples", 0))
-        r.check("%s %s accuracy: read in the running thread's context (%s, %d of %d samples)"
-                % (label, mode, inf["meta"]["capture"], captured, inf["samples"]),
-                inf["meta"]["capture"] == "on" and captured >= 0.8 * inf["samples"])
+        meta = inf["meta"]
+        done, idle, failed = (int(meta.get(k, 0)) for k in
+                              ("captures", "captures_not_running", "captures_failed"))
+        # Every sample is tried in the thread's own context; one whose thread is not on a
+        # CPU then (preempted: many on a busy machine) is read from outside, as it should.
+        r.check("%s %s accuracy: read in the running thread's context (%s; of %d samples, "
+                "%d read in context, %d found the thread off CPU, %d failed)"
+                % (label, mode, meta["capture"], inf["samples"], done, idle, failed),
+                meta["capture"] == "on" and done + idle + failed >= 0.8 * inf["samples"] and
+                failed <= 0.01 * inf["samples"] and done >= 50)
 
 
 def test_dump_consistent(r, label, py, mode):
