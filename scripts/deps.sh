@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(gcc pkg-config meson ninja-build python3 sqlite3 libsqlite3-dev libelf-dev
       libarchive-dev zlib1g-dev libcmocka-dev clang-format util-linux procps
-      clang libbpf-dev bpftool)
+      clang libbpf-dev bpftool zsh)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
