@@ -10,13 +10,13 @@
 #   tests/static/check-static.sh [--require-bpf] [RECORD [REPORT]]
 #
 # Without RECORD, builds the static tools into build-static (meson setup
-# -Dstatic=true -Dtests=false, then ninja) and uses them. REPORT defaults to
-# the pyflame-report next to RECORD's build dir. --require-bpf fails unless
-# the in-context reads (the BPF program) were on in the namespace; without it
-# their state is printed only, as hosts without BPF fall back to reads from
-# outside. PYTHON picks the interpreter (default: the newest pyenv one with a
-# shared libpython). Needs root (namespaces, mounts). Exits non-zero on the
-# first failed check.
+# --werror -Dstatic=true -Dtests=false, then ninja) and uses them. REPORT
+# defaults to the pyflame-report next to RECORD's build dir. --require-bpf
+# fails unless the in-context reads (the BPF program) were on in the
+# namespace; without it their state is printed only, as hosts without BPF
+# fall back to reads from outside. PYTHON picks the interpreter (default:
+# the newest pyenv one with a shared libpython). Needs root (namespaces,
+# mounts). Exits non-zero on the first failed check.
 set -eu
 
 # The part that runs in the new namespaces: mount a tmpfs as the root, copy
@@ -64,7 +64,7 @@ if [ $# -ge 1 ]; then
 else
         build="$src/build-static"
         if [ ! -f "$build/build.ninja" ]; then
-                meson setup "$build" "$src" -Dstatic=true -Dtests=false
+                meson setup "$build" "$src" --werror -Dstatic=true -Dtests=false
         fi
         ninja -C "$build" -j"${JOBS:-2}" record/pyflame-record report/pyflame-report report/pyflame-diff
         record="$build/record/pyflame-record"
