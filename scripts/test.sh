@@ -32,6 +32,9 @@ meson test -C build-ci --suite e2e --print-errorlogs --verbose
 echo "== installed (meson install into a staging root; e2e on 3.12 with the installed commands)"
 bash tests/install/check-install.sh build-ci 3.12
 
+echo "== single-file static tools, recording in an empty root (new mount and PID namespaces)"
+sh tests/static/check-static.sh --require-bpf
+
 echo "== sanitizers (address, undefined)"
 meson setup build-ci-asan --werror -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
 ninja -C build-ci-asan
