@@ -2,9 +2,10 @@
 # check-deb.sh - the Debian packages (debian/) built, linted, installed and
 # used, then removed again. CI runs it as root on Debian 12; so can you.
 #
-#  1. builds the packages with dpkg-buildpackage from a clean copy of the
-#     committed tree (git archive HEAD: build directories and uncommitted
-#     changes in the checkout play no part) in a temporary directory;
+#  1. builds the source and binary packages with dpkg-buildpackage from a
+#     clean copy of the committed tree (git archive HEAD: build directories
+#     and uncommitted changes in the checkout play no part) in a temporary
+#     directory;
 #  2. runs lintian on the result and fails on any error;
 #  3. installs pyflame, libpyflametrace0 and libpyflametrace-dev with apt-get;
 #  4. records a small CPU-bound Python program with the installed
@@ -23,7 +24,7 @@
 #   JOBS               parallel build jobs (default 2)
 #   KEEP=1             keep the temporary directory (packages, logs)
 #
-# Needs (apt-get install): dpkg-dev debhelper lintian fakeroot, the package's
+# Needs (apt-get install): dpkg-dev debhelper lintian fakeroot xz-utils git, the package's
 # build dependencies (scripts/deps.sh installs them), gcc and pkg-config.
 set -euo pipefail
 
@@ -40,9 +41,9 @@ fail() {
 ok() { printf '%s\n' "check-deb: ok: $*"; }
 
 [[ $(id -u) == 0 ]] || fail "must run as root (it installs and purges packages with apt-get)"
-for tool in dpkg-buildpackage dpkg-checkbuilddeps dh lintian apt-get git cc pkg-config python3; do
+for tool in dpkg-buildpackage dpkg-checkbuilddeps dh lintian apt-get git xz cc pkg-config python3; do
         command -v "$tool" >/dev/null ||
-                fail "$tool not found: apt-get install dpkg-dev debhelper lintian fakeroot git gcc pkg-config python3"
+                fail "$tool not found: apt-get install dpkg-dev debhelper lintian fakeroot xz-utils git gcc pkg-config python3"
 done
 for p in "${pkgs[@]}"; do
         if dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'installed'; then
@@ -69,8 +70,13 @@ cleanup() {
 trap cleanup EXIT
 
 # --- 1. build -------------------------------------------------------------
+# Source format 3.0 (quilt): the upstream tarball is the tree without
+# debian/, the source package's debian.tar.xz holds debian/.
 mkdir "$tmp/src"
 git -C "$root" archive --format=tar HEAD | tar -xf - -C "$tmp/src"
+upstream=$(cd "$tmp/src" && dpkg-parsechangelog -S Version | sed 's/-[^-]*$//')
+git -C "$root" archive --format=tar --prefix="pyflame-$upstream/" HEAD -- . ':!debian' |
+        xz -T"$jobs" >"$tmp/pyflame_$upstream.orig.tar.xz"
 if [[ -n $(git -C "$root" status --porcelain --untracked-files=no) ]]; then
         say "note: the checkout has uncommitted changes; building HEAD without them"
 fi
