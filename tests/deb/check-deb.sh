@@ -213,8 +213,14 @@ flags=$(pkg-config --cflags --libs pyflame-trace) || fail "pkg-config does not k
 say "cc count.c $flags"
 # shellcheck disable=SC2086 # pkg-config's output is a list of words
 cc -std=c11 -Wall -Werror -o count count.c $flags || fail "count.c does not build against libpyflametrace-dev"
-ldd ./count | grep -q "/usr/lib/$multiarch/libpyflametrace.so.0" ||
-        { ldd ./count >&2; fail "count is not linked to the installed libpyflametrace.so.0"; }
+# The library the loader picks must be the one libpyflametrace0 installed
+# (/lib may be a link to /usr/lib, hence realpath).
+lib=$(ldd ./count | sed -n 's/^[[:space:]]*libpyflametrace\.so\.0 => \(.*\) (0x.*$/\1/p')
+if [[ -z $lib ]] || ! dpkg -S "$(realpath "$lib")" 2>/dev/null | grep -q '^libpyflametrace0'; then
+        ldd ./count >&2
+        fail "count does not load libpyflametrace.so.0 from the libpyflametrace0 package"
+fi
+ok "count loads $(realpath "$lib") of package libpyflametrace0"
 c_samples=$(./count x.db) || fail "count x.db failed"
 [[ $c_samples =~ ^[0-9]+$ && $c_samples -gt 0 ]] || fail "count x.db printed '$c_samples', expected a positive count"
 [[ $c_samples == "$report_samples" ]] ||
