@@ -24,7 +24,7 @@
 #   JOBS               parallel build jobs (default 2)
 #   KEEP=1             keep the temporary directory (packages, logs)
 #
-# Needs (apt-get install): dpkg-dev debhelper lintian fakeroot xz-utils git, the package's
+# Needs (apt-get install): dpkg-dev debhelper lintian xz-utils git, the package's
 # build dependencies (scripts/deps.sh installs them), gcc and pkg-config.
 set -euo pipefail
 
@@ -43,7 +43,7 @@ ok() { printf '%s\n' "check-deb: ok: $*"; }
 [[ $(id -u) == 0 ]] || fail "must run as root (it installs and purges packages with apt-get)"
 for tool in dpkg-buildpackage dpkg-checkbuilddeps dh lintian apt-get git xz cc pkg-config python3; do
         command -v "$tool" >/dev/null ||
-                fail "$tool not found: apt-get install dpkg-dev debhelper lintian fakeroot xz-utils git gcc pkg-config python3"
+                fail "$tool not found: apt-get install dpkg-dev debhelper lintian xz-utils git gcc pkg-config python3"
 done
 for p in "${pkgs[@]}"; do
         if dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'installed'; then
@@ -111,13 +111,17 @@ ok "lintian: $(grep -c '^E:' "$tmp/lintian.log" || true) errors, $(grep -c '^W:'
 # --- 3. install -----------------------------------------------------------
 dpkg-query -W -f='${Package}:${Architecture}\n' | sort >"$tmp/before.txt"
 say "installing ${pkgs[*]}"
-if ! (cd "$tmp" && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        ./pyflame_*.deb ./libpyflametrace0_*.deb ./libpyflametrace-dev_*.deb) >"$tmp/install.log" 2>&1; then
+install_rc=0
+(cd "$tmp" && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        ./pyflame_*.deb ./libpyflametrace0_*.deb ./libpyflametrace-dev_*.deb) >"$tmp/install.log" 2>&1 ||
+        install_rc=$?
+# Whatever got installed, even by a failed attempt, is purged on exit.
+dpkg-query -W -f='${Package}:${Architecture}\n' | sort >"$tmp/after.txt"
+mapfile -t installed_new < <(comm -13 "$tmp/before.txt" "$tmp/after.txt")
+if ((install_rc)); then
         cat "$tmp/install.log" >&2
         fail "apt-get install of the packages failed"
 fi
-dpkg-query -W -f='${Package}:${Architecture}\n' | sort >"$tmp/after.txt"
-mapfile -t installed_new < <(comm -13 "$tmp/before.txt" "$tmp/after.txt")
 ok "installed: ${installed_new[*]}"
 for f in /usr/bin/pyflame-record /usr/bin/pyflame-report /usr/bin/pyflame-diff \
         /usr/share/pyflame/trace.sql /usr/share/man/man1/pyflame-record.1.gz \
