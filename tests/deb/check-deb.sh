@@ -126,10 +126,11 @@ ok "installed: ${installed_new[*]}"
 for f in /usr/bin/pyflame-record /usr/bin/pyflame-report /usr/bin/pyflame-diff \
         /usr/share/pyflame/trace.sql /usr/share/man/man1/pyflame-record.1.gz \
         /usr/share/man/man1/pyflame-report.1.gz /usr/share/man/man1/pyflame-diff.1.gz \
-        /usr/include/pyflame/trace.h; do
+        /usr/share/bash-completion/completions/pyflame-record \
+        /usr/share/zsh/vendor-completions/_pyflame-record /usr/include/pyflame/trace.h; do
         [[ -e $f ]] || fail "$f not installed"
 done
-ok "tools, man pages, schema and header in place"
+ok "tools, man pages, completions, schema and header in place"
 
 # --- 4. record and report with the installed tools ------------------------
 cd "$tmp"
