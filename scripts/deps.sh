@@ -8,7 +8,9 @@ pkgs=(gcc pkg-config meson ninja-build python3 sqlite3 libsqlite3-dev libelf-dev
       # -Dstatic=true (single-file tools): the static libraries libarchive and
       # libbpf need that their -dev packages do not pull in
       libzstd-dev liblz4-dev libacl1-dev libxml2-dev liblzma-dev libbz2-dev nettle-dev
-      libicu-dev file)
+      libicu-dev file
+      # the Debian packages (tests/deb/check-deb.sh)
+      dpkg-dev debhelper lintian xz-utils git)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -35,6 +35,12 @@ bash tests/install/check-install.sh build-ci 3.12
 echo "== single-file static tools, recording in an empty root (new mount and PID namespaces)"
 sh tests/static/check-static.sh --require-bpf
 
+echo "== Debian packages: build, lintian, install, record and report with the installed tools, purge"
+# git archive reads the checkout; CI's checkout may belong to another user than root.
+git config --global --get-all safe.directory | grep -qxF "$PWD" ||
+  git config --global --add safe.directory "$PWD"
+bash tests/deb/check-deb.sh
+
 echo "== sanitizers (address, undefined)"
 meson setup build-ci-asan --werror -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
 ninja -C build-ci-asan
