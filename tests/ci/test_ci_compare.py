@@ -7,7 +7,8 @@ commits: A; B, A with a comment changed; C, A with one function (compute)
 given three times the work. Then:
 
 1. A vs B, five runs a side: the gate passes (status 0), the comment and
-   both merged traces of five recordings each are in the output directory.
+   both merged traces of five recordings each are in the output directory;
+   --setup ran once in each side's tree.
 2. A vs C: the gate fails with status 1, and compute, the slowed function,
    is what tripped it (gate.txt) and what the comment names; compute is one
    row on both sides (both sides ran from the same path), not "new".
@@ -155,8 +156,12 @@ class Runner:
 
 
 def read(path):
-    with open(path) as f:
-        return f.read()
+    """PATH's text, or "" when there is no such file."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
 
 
 def recordings(r, trace):
@@ -168,13 +173,16 @@ def recordings(r, trace):
 
 def test_same(r):
     out = os.path.join(r.tmp, "out-ab")
-    rc, stdout, err = r.compare("A", "B", out, *RULES)
+    rc, stdout, err = r.compare("A", "B", out, "--setup",
+                                'test -f bench.py && echo "$PYFLAME_CI_SIDE set up"', *RULES)
     r.check("A vs B: the gate passes (status 0)", rc == 0, "status %d\n%s\n%s" % (rc, err, stdout))
     files = ("base.db", "new.db", "comment.md", "gate.txt")
     r.check("A vs B: artifacts %s" % ", ".join(files),
             all(os.path.isfile(os.path.join(out, f)) for f in files), str(os.listdir(out)))
-    comment = read(os.path.join(out, "comment.md")) if os.path.isfile(
-        os.path.join(out, "comment.md")) else ""
+    comment = read(os.path.join(out, "comment.md"))
+    r.check("A vs B: --setup ran once in each side's tree",
+            [read(os.path.join(out, "logs", "setup-%s.log" % s)) for s in ("base", "new")]
+            == ["base set up\n", "new set up\n"], str(os.listdir(os.path.join(out, "logs"))))
     r.check("A vs B: the comment says the gate passed", "gate passed" in comment, comment)
     r.check("A vs B: the comment is what the script printed", comment == stdout)
     n = [recordings(r, os.path.join(out, s + ".db")) for s in ("base", "new")]
@@ -190,13 +198,12 @@ def test_slower(r):
     out = os.path.join(r.tmp, "out-ac")
     rc, stdout, err = r.compare("A", "C", out, *RULES)
     r.check("A vs C: the gate fails with status 1", rc == 1, "status %d\n%s" % (rc, err))
-    gate = read(os.path.join(out, "gate.txt")) if os.path.isfile(
-        os.path.join(out, "gate.txt")) else ""
+    gate = read(os.path.join(out, "gate.txt"))
+    print(gate)
     trips = [line for line in gate.splitlines() if "tripped by" in line]
     r.check("A vs C: compute, and only compute, trips the gate",
             trips and all("tripped by compute " in line for line in trips), gate)
-    comment = read(os.path.join(out, "comment.md")) if os.path.isfile(
-        os.path.join(out, "comment.md")) else ""
+    comment = read(os.path.join(out, "comment.md"))
     r.check("A vs C: the comment says the gate failed and names compute",
             "gate failed" in comment.lower() and "`compute`" in comment, comment)
     # Both sides ran from one path: compute is the same row on both sides,
@@ -219,10 +226,8 @@ def test_uncommitted(r):
         rc, _, err = r.compare("A", "HEAD", out, *RULES, checkout=False)
     finally:
         r.git("checkout", "-q", "--", "bench.py")
-    comment = read(os.path.join(out, "comment.md")) if os.path.isfile(
-        os.path.join(out, "comment.md")) else ""
-    gate = read(os.path.join(out, "gate.txt")) if os.path.isfile(
-        os.path.join(out, "gate.txt")) else ""
+    comment = read(os.path.join(out, "comment.md"))
+    gate = read(os.path.join(out, "gate.txt"))
     r.check("uncommitted changes are the change: compute trips the gate",
             rc == 1 and "tripped by compute " in gate,
             "status %d: %s\n%s" % (rc, err, comment))
