@@ -6,8 +6,8 @@ It builds a git repository with a small CPU-bound benchmark in three
 commits: A; B, A with a comment changed; C, A with one function (compute)
 given three times the work. Then:
 
-1. A vs B, five runs a side: the gate passes (status 0), the comment and
-   both merged traces of five recordings each are in the output directory;
+1. A vs B, seven runs a side: the gate passes (status 0), the comment and
+   both merged traces of seven recordings each are in the output directory;
    --setup ran once in each side's tree.
 2. A vs C: the gate fails with status 1, and compute, the slowed function,
    is what tripped it (gate.txt) and what the comment names; compute is one
@@ -19,20 +19,22 @@ given three times the work. Then:
 
 Why it does not flap. The gate compares shares of samples, not times, so a
 busy machine slows both sides alike; the runs of the two sides alternate;
-each side is five merged runs, so the diff sees the variation between runs
-(README, "Runs differ by more than their samples"). Five, not three: with
+each side is seven merged runs, so the diff sees the variation between runs
+(README, "Runs differ by more than their samples"). Seven, not three: with
 three runs a side the variation between runs has so few degrees of freedom
 that compute going from 22% to 50% in every run was not significant in 1
-comparison of 3 (adjusted p 0.012; 4e-6 or less with five). The rules
-leave a wide margin both ways: compute goes from 25% to 50% of the samples
-(+25 pp, +100%), the rules trip at +10 pp or +50%, and the README measures
-real identical pairs moving by 3-4 pp at most. The benchmark calls its functions
-in a pseudo-random order, as tests/diff/workloads/bench.py does and for the
-same reason (a fixed order is seen stroboscopically by the sampler).
+comparison of 3 (adjusted p 0.012); with five, it ranged from 4e-43 to
+3.7e-4 in 10 comparisons, only 27 times under the 0.01 it must stay below;
+with seven, 2e-7 or less. The rules leave a wide margin both ways: compute
+goes from 25% to 50% of the samples (+25 pp, +100%), the rules trip at
++10 pp or +50%, and the README measures real identical pairs moving by 3-4
+pp at most. The benchmark calls its functions in a pseudo-random order, as
+tests/diff/workloads/bench.py does and for the same reason (a fixed order
+is seen stroboscopically by the sampler).
 
 Usage: test_ci_compare.py --script PATH --record PATH --report PATH --diff PATH
 Exits 77 (skipped) when git is missing or the recorder cannot record here.
-About 70 s.
+About 80 s.
 """
 import argparse
 import json
@@ -141,7 +143,7 @@ class Runner:
         and stderr."""
         if checkout:
             self.git("checkout", "-q", new)
-        args = ["bash", self.args.script, "--base", base, "--out", out, "--runs", "5",
+        args = ["bash", self.args.script, "--base", base, "--out", out, "--runs", "7",
                 "--rate", "200"] + list(extra)
         if tools:
             args += ["--record", self.args.record, "--report", self.args.report,
@@ -186,7 +188,7 @@ def test_same(r):
     r.check("A vs B: the comment says the gate passed", "gate passed" in comment, comment)
     r.check("A vs B: the comment is what the script printed", comment == stdout)
     n = [recordings(r, os.path.join(out, s + ".db")) for s in ("base", "new")]
-    r.check("A vs B: each side merges five runs", n == [5, 5], str(n))
+    r.check("A vs B: each side merges seven runs", n == [7, 7], str(n))
     r.check("A vs B: no run's trace is left (no --keep-runs)",
             not [f for f in os.listdir(os.path.join(out, "runs"))], "")
     r.check("A vs B: the temporary worktree is gone",
