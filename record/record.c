@@ -858,6 +858,23 @@ static void open_capture(struct recording *r)
                         prog, err);
 }
 
+/*
+ * Whether the program we started has exited, or is exiting: a read that
+ * failed may have raced with its exit (no such process, no mappings left),
+ * so it gets 200 ms to become reapable.
+ */
+static bool child_exits(struct recording *r)
+{
+        for (int i = 0; i < 200 && !r->child_reaped; i++) {
+                reap_child(r);
+                if (!r->child_reaped) {
+                        struct timespec ts = {0, 1000000};
+                        nanosleep(&ts, NULL);
+                }
+        }
+        return r->child_reaped;
+}
+
 /* Find every interpreter before creating the file: errors come first. */
 static int open_samplers(struct recording *r)
 {
@@ -872,6 +889,19 @@ static int open_samplers(struct recording *r)
                 if (rc < 0 && o->subprocesses &&
                     (rc == PYFIND_NOT_PYTHON || rc == PYFIND_NOT_READY))
                         continue; /* not Python itself: its children may be */
+                /*
+                 * The program we started has already exited (`python -c pass`):
+                 * nothing to sample, which is no error. Its trace is empty and
+                 * its exit status ours, as for any program recorded to its exit.
+                 */
+                if (rc < 0 && r->child == o->pids[i] && child_exits(r)) {
+                        if (!o->quiet)
+                                fprintf(stderr,
+                                        "%s: note: %s exited before its interpreter could be "
+                                        "read: the trace holds no samples\n",
+                                        prog, o->command[0]);
+                        continue;
+                }
                 if (rc < 0) {
                         fprintf(stderr, "%s: %s\n", prog, err);
                         return exit_for_pyfind(rc);

@@ -673,6 +673,19 @@ def test_cli(r, label, py, mode):
             for v in (h.replace("debian-", "") for h in here))
         r.check("--version of every command: version, trace format, CPython versions read",
                 ok, repr(outs))
+    # A program that exits before its interpreter can be read is recorded, empty: its
+    # exit status is ours, never "does not look like CPython" or "no such process".
+    quick = [subprocess.run([r.record, "-q", "-f", "-o", db, "--", py, "-c", "pass"],
+                            stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+             for _ in range(8)]
+    r.check("%s a program that exits at once (python -c pass, 8 runs): exit 0, no error"
+            % label, all(q.returncode == 0 and not q.stderr for q in quick),
+            repr([(q.returncode, q.stderr) for q in quick if q.returncode or q.stderr]))
+    q = subprocess.run([r.record, "-f", "-o", db, "--", "sh", "-c", "exit 3"],
+                       stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+    r.check("%s a program gone before it could be read: its exit status (3), an empty trace, "
+            "a note" % label, q.returncode == 3 and "no samples" in q.stderr and
+            r.info(db)["samples"] == 0, "rc=%d %s" % (q.returncode, q.stderr))
     status, out = run_in_pty([r.record, "-f", "-o", db, "-r", "100", "--", py,
                               os.path.join(WORK, "hot.py"), "1.5"])
     r.check("%s status line on a terminal (elapsed, samples, rate, errors)" % label,
