@@ -150,11 +150,22 @@ static void test_threaded(void **state)
         assert_int_equal(tsink_start(f.k, NULL, 20000000), 0);
         int64_t t0 = mono_ns();
         produce(&f, t0, stacks);
-        /* Let the thread run a few passes and commit before stopping. */
-        struct timespec ts = {0, 160000000};
-        nanosleep(&ts, NULL);
+        /*
+         * Let the thread run a few passes (one every 50 ms) and commit before
+         * stopping: wait for two job runs, however long a loaded machine
+         * takes (a fixed 160 ms failed under load), up to 30 s.
+         */
+        int seen = 0;
+        for (int waited = 0; waited < 3000; waited++) {
+                tsink_lock(f.k);
+                seen = jobs_run;
+                tsink_unlock(f.k);
+                if (seen >= 2)
+                        break;
+                struct timespec ts = {0, 10000000};
+                nanosleep(&ts, NULL);
+        }
         tsink_lock(f.k);
-        int seen = jobs_run;
         tsink_remove_job_locked(f.k, &jobs_run);
         tsink_unlock(f.k);
         assert_true(seen >= 2);
