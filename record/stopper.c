@@ -299,3 +299,9 @@ void stopper_free(struct stopper *s)
         s->threads = NULL;
         s->n = s->cap = 0;
 }
+
+void stopper_release_stray(pid_t tid, int status)
+{
+        long sig = WIFSTOPPED(status) && status >> 16 == 0 ? WSTOPSIG(status) : 0;
+        ptrace(PTRACE_DETACH, tid, NULL, (void *)sig);
+}

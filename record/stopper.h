@@ -63,4 +63,11 @@ bool stopper_holding(void);
 /* Resume, close cached files, free. The struct may be reused after. */
 void stopper_free(struct stopper *s);
 
+/*
+ * wait() reported a stop of `tid` (with `status`) that no hold waits for: a
+ * held thread that exec'd took its process's pid and stopped under it after
+ * its hold ended. Let it go, passing on the signal it was stopped for if any.
+ */
+void stopper_release_stray(pid_t tid, int status);
+
 #endif
