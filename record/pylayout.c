@@ -1010,8 +1010,8 @@ int pylayout_check_tables(char *err, size_t errlen)
                 }
                 for (size_t i = 0; i < N_OFFSET_FIELDS; i++) {
                         int32_t v = field_i32(&builds[b], offset_fields[i].off);
-                        if (v == U || (!debug && (v == D || v == D8)) || v < D8 ||
-                            (v < X && v != D && v != D8)) {
+                        bool marker = v == D || v == D8; /* U is below X too */
+                        if ((v < X && !marker) || (marker && !debug)) {
                                 snprintf(err, errlen,
                                          "build %s: the offset at layout byte %zu is %s",
                                          builds[b].name, offset_fields[i].off,
