@@ -309,6 +309,29 @@ int procfs_thread_running(int fd)
         return s == 'R';
 }
 
+int procfs_parse_syscall(const char *buf, size_t len)
+{
+        char text[32];
+        size_t n = len < sizeof(text) - 1 ? len : sizeof(text) - 1;
+        memcpy(text, buf, n);
+        text[n] = '\0';
+        if (strncmp(text, "running", 7) == 0)
+                return 0;
+        char *end;
+        long nr = strtol(text, &end, 10);
+        if (end == text || (*end != ' ' && *end != '\n' && *end != '\0'))
+                return -EINVAL;
+        return nr >= 0;
+}
+
+int procfs_thread_in_syscall(pid_t pid, pid_t tid)
+{
+        char path[64], buf[128];
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", (int)pid, (int)tid);
+        ssize_t n = read_small_file(path, buf, sizeof(buf));
+        return n < 0 ? (int)n : procfs_parse_syscall(buf, (size_t)n);
+}
+
 pid_t procfs_parse_nspid(const char *buf, size_t len)
 {
         static const char key[] = "NSpid:";

@@ -89,6 +89,18 @@ int procfs_thread_state(int fd);
 int procfs_thread_running(int fd);
 
 /*
+ * Whether a thread that is stopped is stopped inside a system call:
+ * /proc/PID/task/TID/syscall gives the call's number then, "-1 SP PC" when
+ * it was stopped running its own code ("running" while it runs). Returns 1
+ * in a call, 0 not, or a negative errno (-ESRCH gone, -EACCES not ours to
+ * read, -EINVAL unexpected text).
+ */
+int procfs_thread_in_syscall(pid_t pid, pid_t tid);
+
+/* The same from the text of that file. */
+int procfs_parse_syscall(const char *buf, size_t len);
+
+/*
  * Parse the state letter out of the text of a stat file: it follows the LAST
  * ')' because comm may itself contain spaces and parentheses. Returns the
  * letter, or -EINVAL when there is none.

@@ -450,6 +450,7 @@ static void stats_add(struct sampler_stats *sum, const struct sampler_stats *st)
         sum->read_errors += st->read_errors;
         sum->reads += st->reads;
         sum->proc_state_reads += st->proc_state_reads;
+        sum->held_over += st->held_over;
 }
 
 /* A sampler opened: give it what the recording shares with every sampler. */
@@ -637,6 +638,29 @@ static int sampling_priority(void)
         return sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &sp) < 0 ? -errno : 0;
 }
 
+/*
+ * --blocking: the samples due while this pass held the threads of every
+ * process are the pass's own (sampler_held). Without this, those instants
+ * were sampled only after the release, or missed when the hold outlasted a
+ * period, and holds are long exactly when a thread was running (a runnable
+ * thread waits for a CPU before it stops): on a loaded 2-CPU machine a
+ * thread busy 43% of the time at 1 kHz came out 5 points less busy.
+ */
+static void hold_over(struct recording *r, struct schedule *sch)
+{
+        for (;;) {
+                int64_t due = schedule_due(sch);
+                if (!r->o->blocking || r->n_samplers == 0)
+                        return;
+                for (size_t i = 0; i < r->n_samplers; i++)
+                        if (!sampler_held(r->samplers[i], due))
+                                return;
+                for (size_t i = 0; i < r->n_samplers; i++)
+                        sampler_hold_over(r->samplers[i], due);
+                schedule_next(sch);
+        }
+}
+
 /* Sample until stopped. Returns 0, or an exit status for a fatal error. */
 static int record_loop(struct recording *r)
 {
@@ -704,6 +728,8 @@ static int record_loop(struct recording *r)
                 }
                 const int64_t pass_start = now;
                 shuffle_samplers(r, &sch);
+                for (size_t i = 0; i < r->n_samplers; i++)
+                        sampler_set_horizon(r->samplers[i], schedule_next_slot(&sch));
                 for (size_t i = 0; i < r->n_samplers;) {
                         int rc = sampler_tick(r->samplers[i], pf_now_mono_ns(), err, sizeof(err));
                         if (rc == -ESRCH) {
@@ -721,6 +747,7 @@ static int record_loop(struct recording *r)
                 }
                 r->sampling_ns += pf_now_mono_ns() - pass_start;
                 schedule_next(&sch);
+                hold_over(r, &sch);
                 reap_child(r);
                 if (r->child_reaped) {
                         for (size_t i = r->n_samplers; i-- > 0;)
@@ -1045,6 +1072,7 @@ static int finish_trace(struct recording *r, int status)
         trace_writer_set_meta_int(w, "recorder_cpu_ns", r->loop_cpu_ns);
         trace_writer_set_meta_int(w, "sampling_ns", r->sampling_ns);
         trace_writer_set_meta_int(w, "missed_deadlines", (int64_t)r->late);
+        trace_writer_set_meta_int(w, "held_over_samples", (int64_t)r->closed.held_over);
         trace_writer_set_meta_int(w, "memory_reads", (int64_t)r->closed.reads);
         trace_writer_set_meta_int(w, "proc_state_reads", (int64_t)r->closed.proc_state_reads);
         trace_writer_set_meta(w, "switch_events", o->no_switch_events ? "off" : "on");

@@ -129,6 +129,17 @@ struct sampler {
         struct pywalk_thread *held;
         size_t n_held, cap_held;
         struct pf_buf held_frames;
+        /*
+         * --blocking: the samples of the last pass, and from when to when it
+         * held threads (hold_until 0: it held none), for sampler_hold_over().
+         */
+        struct last_sample {
+                uint32_t ref, stack;
+                unsigned state; /* as held: see over_state() */
+        } * last;
+        size_t n_last, cap_last;
+        int64_t hold_from, hold_until;
+        int64_t horizon; /* sampler_set_horizon() */
 };
 
 pid_t sampler_pid(const struct sampler *s)
@@ -271,6 +282,7 @@ void sampler_close(struct sampler *s)
         free(s->threads);
         free(s->held);
         pf_buf_free(&s->held_frames);
+        free(s->last);
         free(s->frame_keys);
         free(s->frame_vals);
         free(s->stacks);
@@ -692,6 +704,24 @@ static int thread_running(struct sampler *s, struct sthread *t)
         return running;
 }
 
+/*
+ * The state of thread t at an instant while it was held, for
+ * sampler_hold_over(). `state` is its state before it was stopped; it may
+ * have gone to sleep or woken before the stop reached it (a runnable thread
+ * waits for a CPU first, milliseconds on a busy machine), and what it was
+ * doing when stopped is what it did for the rest of the hold: on CPU if it
+ * was stopped in its own code, not if in a system call. Threads not held
+ * (asleep) keep their state.
+ */
+static unsigned over_state(const struct sampler *s, const struct sthread *t, unsigned state)
+{
+        const struct stopper_thread *st =
+            t->host_tid > 0 ? stopper_thread(&s->stop, t->host_tid) : NULL;
+        if (!st || st->in_syscall < 0)
+                return state;
+        return st->in_syscall ? state & ~(unsigned)TRACE_STATE_ON_CPU : state | TRACE_STATE_ON_CPU;
+}
+
 /* One walked thread to a sample in the trace (or an error count). */
 static int sample_thread(struct sampler *s, const struct pywalk_thread *th)
 {
@@ -747,6 +777,17 @@ static int sample_thread(struct sampler *s, const struct pywalk_thread *th)
                 return rc; /* ends the walk; sampler_tick() reports it */
         tsink_sample(s->k, t->ref, s->tick_ns, stack, state);
         s->st.samples++;
+        if (s->blocking) {
+                if (s->n_last == s->cap_last) {
+                        size_t cap = s->cap_last ? 2 * s->cap_last : 8;
+                        struct last_sample *p = realloc(s->last, cap * sizeof(*p));
+                        if (!p)
+                                return -ENOMEM;
+                        s->last = p;
+                        s->cap_last = cap;
+                }
+                s->last[s->n_last++] = (struct last_sample){t->ref, stack, over_state(s, t, state)};
+        }
         return 0;
 }
 
@@ -824,6 +865,25 @@ static void capture_choose(struct sampler *s)
         }
 }
 
+void sampler_set_horizon(struct sampler *s, int64_t t_ns)
+{
+        s->horizon = t_ns;
+}
+
+bool sampler_held(const struct sampler *s, int64_t t_ns)
+{
+        return s->hold_until && s->hold_from <= t_ns && t_ns <= s->hold_until;
+}
+
+void sampler_hold_over(struct sampler *s, int64_t t_ns)
+{
+        for (size_t i = 0; i < s->n_last; i++) {
+                tsink_sample(s->k, s->last[i].ref, t_ns, s->last[i].stack, s->last[i].state);
+                s->st.samples++;
+                s->st.held_over++;
+        }
+}
+
 int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
 {
         s->tick++;
@@ -841,9 +901,18 @@ int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
         s->write_rc = 0;
         s->n_held = 0;
         s->held_frames.len = 0;
+        s->n_last = 0;
+        s->hold_from = t_ns;
+        s->hold_until = 0;
         int rc = pywalk_sample(s->walk, on_thread, s);
-        if (s->blocking)
+        if (s->blocking) {
+                if (stopper_holding()) {
+                        s->hold_until = pf_now_mono_ns();
+                        if (s->hold_until >= s->horizon)
+                                stopper_read_syscalls(&s->stop);
+                }
                 stopper_resume(&s->stop);
+        }
         for (size_t i = 0; i < s->n_held && rc >= 0; i++) {
                 struct pywalk_thread *th = &s->held[i];
                 th->frames = (struct pywalk_frame *)(s->held_frames.data + (uintptr_t)th->frames);

@@ -35,6 +35,7 @@ struct sampler_stats {
         uint64_t reads;            /* memory reads issued by the walker */
         uint64_t proc_state_reads; /* on-CPU states read from /proc, not from switches */
         uint64_t cache_resets;     /* frame and stack caches started afresh (bounded) */
+        uint64_t held_over;        /* thread samples of instants during a hold (sampler_held) */
 };
 
 /*
@@ -87,6 +88,25 @@ void sampler_set_sources(struct sampler *s, struct sources *src, int handle);
  * the trace, not returned.
  */
 int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen);
+
+/*
+ * --blocking: whether the last sampler_tick() held threads of the process
+ * at monotonic time `t_ns` (from the tick's start until it let them go).
+ * A sample due then is the one that tick took: sampler_hold_over() writes
+ * its thread samples again at `t_ns`. A held thread runs no code of its
+ * own from its stop to its release, so its stack at any instant in between
+ * is the one read (and it was on its way there from the tick's start until
+ * the stop reached it, tens of microseconds); the threads asleep then were
+ * read in the same hold.
+ */
+bool sampler_held(const struct sampler *s, int64_t t_ns);
+/*
+ * No later sample is due before monotonic time `t_ns` (the next slot's
+ * start): a hold that ends before it stands for no other sample, and what
+ * only such samples need is not read.
+ */
+void sampler_set_horizon(struct sampler *s, int64_t t_ns);
+void sampler_hold_over(struct sampler *s, int64_t t_ns);
 
 /* Print every thread's current stack once, py-spy dump style. */
 int sampler_dump(struct sampler *s, FILE *out, char *err, size_t errlen);

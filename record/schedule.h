@@ -23,7 +23,9 @@
  * those drawn near the end of their slot: the phases would no longer be
  * uniform, and at 1 kHz on a VM 5-10% of the slots went that way.) A sample
  * a whole period or more late (the recorder was stalled) is missed, and so
- * is every slot that ended meanwhile: counted, never made up later. A pass
+ * is every slot that ended meanwhile: counted, never made up later (with
+ * --blocking, a slot whose instant fell while every process was held takes
+ * the held stacks instead: record.c's hold_over()). A pass
  * that costs a fraction c of the period moves the distribution of phases
  * by at most c*c/4.
  */
@@ -60,6 +62,12 @@ static inline int64_t schedule_due(const struct schedule *s)
  * may already have passed: take it at once.
  */
 uint64_t schedule_catch_up(struct schedule *s, int64_t now_ns);
+
+/* Where the next slot begins: no later sample is due before it. */
+static inline int64_t schedule_next_slot(const struct schedule *s)
+{
+        return s->start_ns + (int64_t)(s->slot + 1) * s->period_ns;
+}
 
 /* The sample of the current slot was taken: move on to the next slot. */
 void schedule_next(struct schedule *s);

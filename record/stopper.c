@@ -189,6 +189,7 @@ int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen)
                 }
                 t->seen = s->generation;
                 t->held = 0;
+                t->in_syscall = -1;
                 if (t->stat_fd < 0)
                         t->stat_fd = procfs_thread_open(pid, t->tid);
                 t->state = t->stat_fd >= 0 ? procfs_thread_state(t->stat_fd) : -1;
@@ -269,12 +270,29 @@ int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen)
         return 0;
 }
 
-int stopper_thread_state(const struct stopper *s, pid_t tid)
+const struct stopper_thread *stopper_thread(const struct stopper *s, pid_t tid)
 {
         for (size_t i = 0; i < s->n; i++)
                 if (s->threads[i].tid == tid)
-                        return s->threads[i].state;
-        return -1;
+                        return &s->threads[i];
+        return NULL;
+}
+
+int stopper_thread_state(const struct stopper *s, pid_t tid)
+{
+        const struct stopper_thread *t = stopper_thread(s, tid);
+        return t ? t->state : -1;
+}
+
+void stopper_read_syscalls(struct stopper *s)
+{
+        for (size_t i = 0; i < s->n; i++) {
+                struct stopper_thread *t = &s->threads[i];
+                if (!t->held)
+                        continue;
+                int rc = procfs_thread_in_syscall(s->pid, t->tid);
+                t->in_syscall = rc < 0 ? -1 : rc;
+        }
 }
 
 void stopper_resume(struct stopper *s)

@@ -22,10 +22,11 @@
 /* A thread of the target as seen at the last stopper_stop(). */
 struct stopper_thread {
         pid_t tid;
-        int stat_fd;   /* /proc/PID/task/TID/stat, kept open across samples */
-        int state;     /* state letter read before stopping, or -1 */
-        int held;      /* 1 while seized and stopped */
-        unsigned seen; /* generation, to drop threads that exited */
+        int stat_fd;    /* /proc/PID/task/TID/stat, kept open across samples */
+        int state;      /* state letter read before stopping, or -1 */
+        int held;       /* 1 while seized and stopped */
+        int in_syscall; /* held and stopped in a system call: 1, 0, -1 not read */
+        unsigned seen;  /* generation, to drop threads that exited */
 };
 
 struct stopper {
@@ -45,6 +46,12 @@ struct stopper {
  * -errno, in which case nothing is left seized.
  */
 int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen);
+
+/* Host thread `tid` as the last stopper_stop() left it, or NULL if it has none. */
+const struct stopper_thread *stopper_thread(const struct stopper *s, pid_t tid);
+
+/* While holding: read whether each held thread stopped in a system call (in_syscall). */
+void stopper_read_syscalls(struct stopper *s);
 
 /* State letter of host thread `tid` read by the last stopper_stop(), or -1. */
 int stopper_thread_state(const struct stopper *s, pid_t tid);

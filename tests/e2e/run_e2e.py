@@ -604,6 +604,41 @@ def test_accuracy(r, label, py, mode):
                 failed <= 0.01 * inf["samples"] and done >= 50)
 
 
+def test_hold_over(r, label, py, mode):
+    """--blocking: a sample due while the threads are held is the held stack. A thread
+    that shares its CPU with a busy loop waits for that CPU before it stops, often longer
+    than a period; those samples were taken after the release or missed, and the misses
+    fell on the busy stretches: a thread asleep 54% of the time came out 8-9 points more
+    idle. Needs two CPUs: the recorder on one, the program and the busy loop on the other."""
+    if mode != "blocking" or not on_cpu(0):
+        return
+    truth_file = os.path.join(r.tmp, "truth.json")
+    db = r.out("holdover-%s" % label)
+    hog = subprocess.Popen(on_cpu(0) + ["sh", "-c", "while :; do :; done"])
+    try:
+        p = r.rec(["-o", db, "-r", "1000", "--blocking", "--"] + on_cpu(0) +
+                  [py, ACCURACY, "oncpu", "3", truth_file, "0.001"], prefix=on_cpu(1))
+    finally:
+        hog.kill()
+        hog.wait()
+    if not r.check("%s %s hold-over: recorded beside a busy loop" % (label, mode),
+                   p.returncode == 0, p.stderr):
+        return
+    with open(truth_file) as f:
+        truth = json.load(f)["idle_sleep"]
+    rows = json.loads(r.rep(["--by-function", "--format", "json", "--top", "0", "--idle",
+                             "--thread", "worker", db]))
+    n = rows["samples"]
+    idle = sum(row["self"] for row in rows["rows"] if row["function"] == "idle_sleep")
+    got = idle / n if n else 0.0
+    meta = r.info(db)["meta"]
+    held = int(meta.get("held_over_samples", 0))
+    r.check("%s %s hold-over: idle share %.1f%% of %d samples, truly %.1f%% (within 4 points; "
+            "%d samples of instants during holds, %s missed)"
+            % (label, mode, 100 * got, n, 100 * truth, held, meta.get("missed_deadlines")),
+            n >= 1000 and held > 0 and abs(got - truth) <= 0.04)
+
+
 def test_dump_consistent(r, label, py, mode):
     """--dump of a stack that changes every few tens of ns, from another CPU: always whole."""
     target = subprocess.Popen(on_cpu(0) + [py, ACCURACY, "faststack", "60", os.devnull, "1"])
@@ -753,7 +788,7 @@ def mode_flags(mode):
 
 TESTS = [test_hot, test_ratio, test_threads, test_threads_proc_state, test_generators, test_exit_status, test_attach,
          test_subprocesses, test_subprocess_churn, test_container, test_signals, test_dump, test_dump_consistent,
-         test_cli, test_accuracy]
+         test_cli, test_accuracy, test_hold_over]
 
 
 def main():

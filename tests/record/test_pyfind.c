@@ -55,6 +55,7 @@ __attribute__((visibility("default"))) void *fake_runtime_address(void)
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,7 @@ __attribute__((visibility("default"))) void *fake_runtime_address(void)
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "memsrc.h"
@@ -878,6 +880,63 @@ static void test_procfs_parse_stat(void **state)
         assert_int_equal(procfs_parse_stat_state("", 0), -EINVAL);
 }
 
+static void test_procfs_parse_syscall(void **state)
+{
+        (void)state;
+        static const char a[] = "230 0x0 0x0 0x7ffd430c25b0 0x0 0x0 0x7f4b 0x7ffd4 0x7f4bb\n";
+        assert_int_equal(procfs_parse_syscall(a, strlen(a)), 1);
+        static const char b[] = "-1 0x7ffd430c25b0 0x558e314bc2d8\n";
+        assert_int_equal(procfs_parse_syscall(b, strlen(b)), 0);
+        assert_int_equal(procfs_parse_syscall("running\n", 8), 0);
+        assert_int_equal(procfs_parse_syscall("0 0x1 0x2", 9), 1); /* read(2) is call 0 */
+        assert_int_equal(procfs_parse_syscall("", 0), -EINVAL);
+        assert_int_equal(procfs_parse_syscall("x1 2", 4), -EINVAL);
+        /* Only `len` bytes count. */
+        assert_int_equal(procfs_parse_syscall("230", 1), 1);
+}
+
+/* A child that sleeps in nanosleep() or spins, held by a ptrace interrupt as --blocking does. */
+static int held_child_in_syscall(bool sleeps)
+{
+        pid_t c = fork();
+        assert_true(c >= 0);
+        if (c == 0) {
+                for (;;) {
+                        struct timespec ts = {0, 200000000};
+                        if (sleeps)
+                                nanosleep(&ts, NULL);
+                }
+        }
+        struct timespec settle = {0, 50000000};
+        nanosleep(&settle, NULL);
+        int rc = -1;
+        if (ptrace(PTRACE_SEIZE, c, NULL, NULL) == 0 &&
+            ptrace(PTRACE_INTERRUPT, c, NULL, NULL) == 0) {
+                int st;
+                if (waitpid(c, &st, __WALL) == c)
+                        rc = procfs_thread_in_syscall(c, c);
+                ptrace(PTRACE_DETACH, c, NULL, NULL);
+        } else {
+                rc = -errno;
+        }
+        kill(c, SIGKILL);
+        waitpid(c, NULL, 0);
+        return rc;
+}
+
+static void test_procfs_thread_in_syscall(void **state)
+{
+        (void)state;
+        int asleep = held_child_in_syscall(true);
+        if (asleep == -EPERM) {
+                skip(); /* no ptrace here (not root, yama) */
+                return;
+        }
+        assert_int_equal(asleep, 1);
+        assert_int_equal(held_child_in_syscall(false), 0);
+        assert_int_equal(procfs_thread_in_syscall(getpid(), 0x7ffffff0), -ESRCH);
+}
+
 static void test_procfs_parse_nspid(void **state)
 {
         static const char a[] = "Name:\tx\nTgid:\t1234\nNSpid:\t1234\t7\t1\nNSpgid:\t1\n";
@@ -1098,6 +1157,8 @@ int main(void)
             cmocka_unit_test(test_parse_python_name),
             cmocka_unit_test(test_version_str),
             cmocka_unit_test(test_procfs_parse_stat),
+            cmocka_unit_test(test_procfs_parse_syscall),
+            cmocka_unit_test(test_procfs_thread_in_syscall),
             cmocka_unit_test(test_procfs_parse_nspid),
             cmocka_unit_test(test_procfs_parse_maps),
             cmocka_unit_test(test_procfs_threads),
