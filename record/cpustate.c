@@ -172,6 +172,11 @@ int cpustate_read(const struct cpustate *c)
         return -1;
 }
 
+uint64_t cpustate_head(const struct cpustate *c)
+{
+        return __atomic_load_n(&c->meta->data_head, __ATOMIC_ACQUIRE);
+}
+
 int cpustate_fd(const struct cpustate *c)
 {
         return c->fd;

@@ -19,6 +19,7 @@
 #ifndef PYFLAME_CPUSTATE_H
 #define PYFLAME_CPUSTATE_H
 
+#include <stdint.h>
 #include <sys/types.h>
 
 struct cpustate;
@@ -50,6 +51,13 @@ struct cpustate *cpustate_open(pid_t tid);
  * until it is switched in (/proc already says 'R'), usually microseconds.
  */
 int cpustate_read(const struct cpustate *c);
+
+/*
+ * Where the ring stands: it changes with every record written. A thread
+ * whose ring still stands where it stood when it was let go out of a
+ * ptrace stop has not run since (sampler.c, --blocking).
+ */
+uint64_t cpustate_head(const struct cpustate *c);
 
 /* cpustate_read(): the ring is empty, the thread has not switched since open. */
 #define CPUSTATE_NO_SWITCH (-2)

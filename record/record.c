@@ -981,9 +981,6 @@ static int create_trace(struct recording *r)
 static int prepare(struct recording *r)
 {
         struct options *o = r->o;
-        /* --blocking reads each thread's state from /proc as it stops it (sampler.c). */
-        if (o->blocking)
-                o->no_switch_events = true;
         if (o->output && !o->force && access(o->output, F_OK) == 0) {
                 fprintf(stderr, "%s: %s exists; use --force to replace it\n", prog, o->output);
                 return EXIT_OUTPUT;

@@ -189,6 +189,7 @@ int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen)
                 }
                 t->seen = s->generation;
                 t->held = 0;
+                t->was_held = 0;
                 t->in_syscall = -1;
                 if (t->stat_fd < 0)
                         t->stat_fd = procfs_thread_open(pid, t->tid);
@@ -300,6 +301,7 @@ void stopper_resume(struct stopper *s)
         for (size_t i = 0; i < s->n; i++) {
                 if (s->threads[i].held)
                         release(s->threads[i].tid, own_leader(s, s->threads[i].tid), true);
+                s->threads[i].was_held = s->threads[i].held;
                 s->threads[i].held = 0;
         }
         holding = false;

@@ -25,6 +25,7 @@ struct stopper_thread {
         int stat_fd;    /* /proc/PID/task/TID/stat, kept open across samples */
         int state;      /* state letter read before stopping, or -1 */
         int held;       /* 1 while seized and stopped */
+        int was_held;   /* held by the last stopper_stop(), still after stopper_resume() */
         int in_syscall; /* held and stopped in a system call: 1, 0, -1 not read */
         unsigned seen;  /* generation, to drop threads that exited */
 };
