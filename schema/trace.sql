@@ -40,6 +40,8 @@
 --   frames.kind         0 python   a Python function frame
 --                       1 native   a native (C) frame
 --                       2 special  a pseudo frame made by pyflame, e.g. "<unknown>"
+--                       3 task     an asyncio task (version 2): function its name,
+--                                  file "<task>", line NULL
 --   thread state flags  0x1 on_cpu     the OS thread was running (R) when sampled
 --   (a bit set)         0x2 holds_gil  held the GIL (free-threaded: attached)
 --                       0x4 no_gil     the interpreter runs without a GIL
@@ -83,6 +85,8 @@
 --       source_skipped  INTEGER  files of sampled frames not stored: not
 --                                readable by the target's user, absent, not
 --                                text, over the size limits
+--       async           INTEGER  1: recorded with asyncio tasks (--async)
+--       task_samples    INTEGER  samples of task streams committed so far
 --     Other keys may appear; readers ignore keys they do not know.
 --
 --   strings(id, value)          interned text (function names, file names).
@@ -128,12 +132,27 @@
 --   recording_meta(recording, key, value)
 --     Every meta row of each source recording, as it was in that file.
 --
---   threads(ref, pid, tid, python_thread_id, name, first_ns, last_ns, samples)
+--   threads(ref, pid, tid, python_thread_id, name, first_ns, last_ns, samples,
+--           task_of, task_addr)
 --     ref: the reference samples carry (1..); pid: processes.pid; tid: OS
 --     thread id in the recorder's namespace or NULL; python_thread_id: the
 --     threading.get_ident() value (a pthread_t, stored as signed 64 bit) or
 --     NULL; name or NULL; first_ns/last_ns: relative times of its first and
 --     last sample (NULL before the first); samples: its committed samples.
+--     task_of, task_addr (version 2): NULL for a thread. A row with task_of
+--     set is not a thread but the stream of an asyncio task (recorded with
+--     pyflame-record --async) run by the event loop of thread task_of (a
+--     thread's ref; pid, tid and python_thread_id are that thread's), name
+--     the task's name, task_addr the address of its Task object in the
+--     target (signed 64 bit). Each of its samples says that the task was
+--     alive (pending) then, in the sample's stack: the frames of the tasks
+--     awaiting it, root task first, each task's frames under a frame of kind
+--     task naming it, ending with its own await chain (innermost last); a
+--     task running at that instant has its thread's stack from its coroutine
+--     on instead. Counting a task's samples weighs wall time per task, not
+--     CPU: every live task counts once per sample. Task samples are in
+--     sample_chunks like a thread's, but not in stack_counts nor in meta
+--     samples (meta task_samples counts them).
 --
 --   errors(pid, kind, count)    sampling errors per process (pid 0: the
 --     recorder itself) and kind; count is the total so far.
@@ -267,7 +286,9 @@ CREATE TABLE threads (
         name TEXT,
         first_ns INTEGER,
         last_ns INTEGER,
-        samples INTEGER NOT NULL DEFAULT 0
+        samples INTEGER NOT NULL DEFAULT 0,
+        task_of INTEGER REFERENCES threads(ref),
+        task_addr INTEGER
 );
 
 CREATE TABLE errors (
@@ -304,7 +325,7 @@ CREATE TABLE sources (
 );
 
 CREATE TABLE frame_kinds (code INTEGER PRIMARY KEY, name TEXT NOT NULL);
-INSERT INTO frame_kinds VALUES (0, 'python'), (1, 'native'), (2, 'special');
+INSERT INTO frame_kinds VALUES (0, 'python'), (1, 'native'), (2, 'special'), (3, 'task');
 
 CREATE TABLE state_flags (bit INTEGER PRIMARY KEY, name TEXT NOT NULL);
 INSERT INTO state_flags VALUES (1, 'on_cpu'), (2, 'holds_gil'), (4, 'no_gil');
