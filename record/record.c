@@ -834,6 +834,8 @@ static int run_dump(struct options *o)
                         continue;
                 }
                 sampler_set_capture(s, capture);
+                if (o->async_tasks && sampler_set_async(s, err, sizeof(err)) < 0)
+                        fprintf(stderr, "%s: %s\n", prog, err);
                 if (sampler_dump(s, stdout, err, sizeof(err)) < 0) {
                         fprintf(stderr, "%s: %s\n", prog, err);
                         status = EXIT_INTERNAL;

@@ -1173,6 +1173,68 @@ static int dump_thread(void *ctx, const struct pywalk_thread *th)
         return 0;
 }
 
+#define DUMP_TREE_DEPTH 64 /* levels of the task tree printed */
+
+/* Task i, its await chain, and under it the tasks it awaits (gather's, a TaskGroup's...). */
+static void dump_task(FILE *out, const struct pywalk_task *v, size_t n, size_t i, char *prefix,
+                      size_t plen, bool last, unsigned level)
+{
+        const struct pywalk_task *tk = &v[i];
+        fprintf(out, "%s%s (T) %s%s\n", prefix, last ? "└──" : "├──", tk->name->name,
+                tk->running ? " (running)" : "");
+        /* Its await chain, outermost first, under it. */
+        const char *bar = last ? "    " : "│   ";
+        for (uint32_t k = tk->depth; k-- > 0;) {
+                const struct pywalk_frame *f = &tk->frames[k];
+                const char *name = f->code->qualname ? f->code->qualname : f->code->name;
+                fprintf(out, "%s%s    %s (%s:%d)\n", prefix, bar, name, f->code->file,
+                        (int)f->line);
+        }
+        if (level + 1 >= DUMP_TREE_DEPTH || plen + strlen(bar) + 1 > 4 * 3 * DUMP_TREE_DEPTH)
+                return;
+        size_t plen2 = plen + strlen(bar);
+        strcpy(prefix + plen, bar);
+        size_t lastkid = n;
+        for (size_t j = 0; j < n; j++)
+                if (v[j].parent == i + 1)
+                        lastkid = j;
+        for (size_t j = 0; j < n; j++)
+                if (v[j].parent == i + 1)
+                        dump_task(out, v, n, j, prefix, plen2, j == lastkid, level + 1);
+        prefix[plen] = 0;
+}
+
+/* The task trees of each thread's loop, as python -m asyncio pstree prints them. */
+static void dump_tasks(struct sampler *s, struct dump_ctx *d)
+{
+        const struct pywalk_task *v;
+        size_t n;
+        pywalk_tasks(s->walk, &v, &n);
+        char prefix[4 * 3 * DUMP_TREE_DEPTH + 8] = "";
+        for (size_t i = 0; i < n; i++) {
+                bool first = v[i].thread_id != 0;
+                for (size_t j = 0; j < i && first; j++)
+                        first = v[j].thread_id != v[i].thread_id;
+                if (!first)
+                        continue;
+                const char *tname = NULL;
+                for (size_t k = 0; k < d->n_names; k++)
+                        if (d->names[k].thread_id == v[i].thread_id)
+                                tname = d->names[k].name;
+                fprintf(d->out, "\nTasks of thread %#llx", (unsigned long long)v[i].thread_id);
+                if (tname)
+                        fprintf(d->out, " \"%s\"", tname);
+                fprintf(d->out, ":\n");
+                size_t last = n;
+                for (size_t j = 0; j < n; j++)
+                        if (!v[j].parent && v[j].thread_id == v[i].thread_id)
+                                last = j;
+                for (size_t j = 0; j < n; j++)
+                        if (!v[j].parent && v[j].thread_id == v[i].thread_id)
+                                dump_task(d->out, v, n, j, prefix, 0, j == last, 0);
+        }
+}
+
 /* Know the threads and their OS thread ids before the dump's look. */
 static int dump_learn_thread(void *ctx, const struct pywalk_thread *th)
 {
@@ -1215,6 +1277,8 @@ int sampler_dump(struct sampler *s, FILE *out, char *err, size_t errlen)
         int rc = pywalk_sample(s->walk, dump_thread, &d);
         if (s->blocking)
                 stopper_resume(&s->stop);
+        if (rc >= 0 && s->async)
+                dump_tasks(s, &d);
         for (size_t i = 0; i < d.n_names; i++)
                 free(d.names[i].name);
         free(d.names);
