@@ -89,7 +89,7 @@ int pywalk_set_tasks(struct pywalk *w, char *err, size_t errlen)
         if (!L->tasks || L->task_size <= 0 || L->is_modules < 0 || L->dict_keys < 0) {
                 snprintf(err, errlen,
                          "--async: asyncio tasks cannot be read on Python %s (pyflame knows the "
-                         "task layouts of 3.7 to 3.13); record without --async",
+                         "task layouts of 3.7 to 3.13): its threads only are recorded",
                          L->name);
                 return PYFIND_UNSUPPORTED;
         }

@@ -470,7 +470,7 @@ static void setup_sampler(struct recording *r, struct sampler *s)
         sampler_set_capture(s, r->capture);
         char err[256];
         /* A version whose tasks we cannot read is still sampled: threads only. */
-        if (r->o->async_tasks && sampler_set_async(s, err, sizeof(err)) < 0 && !r->o->quiet)
+        if (r->o->async_tasks && sampler_set_async(s, err, sizeof(err)) < 0)
                 fprintf(stderr, "%s: process %d: %s\n", prog, (int)sampler_pid(s), err);
 }
 

@@ -214,10 +214,12 @@ def test_version(r, label, py):
               if chain_matches(l, [l[0], ("gather_parent", "AWAIT-GATHER"), "",
                                    ("gather_child", "AWAIT-GCHILD")])]
     kids = {l[2] for l, _ in gather}
-    r.check("%s: gather's 3 children joined under their parent" % tag,
-            len(kids) == 3 and (not names or kids == {"gchild-0", "gchild-1", "gchild-2"} and
-                                all(l[0] == "gatherer" for l, _ in gather)),
-            str(sorted(kids)))
+    if names:
+        ok = kids == {"gchild-0", "gchild-1", "gchild-2"} and all(l[0] == "gatherer"
+                                                                  for l, _ in gather)
+    else:  # 3.7: every task is "Task", the three children share one line
+        ok = abs(sum(c for _, c in gather) - 3 * main_samples) <= 6
+    r.check("%s: gather's 3 children joined under their parent" % tag, ok, str(sorted(kids)))
     if (major, minor) >= (3, 11):
         group = [l for l, _ in rows
                  if chain_matches(l, [l[0], ("group_parent", "AWAIT-GROUP")]) and
