@@ -74,13 +74,33 @@ struct pytasks {
         size_t n_loops;
         struct name_entry *names; /* open addressing */
         size_t names_cap, names_n;
-        struct pywalk_task *v; /* this sample's tasks */
+        struct pywalk_task *v; /* this sample's tasks, sorted by address */
         size_t n, cap;
         uint64_t *found; /* addresses of the tasks in the registry */
         size_t n_found, cap_found;
         struct pywalk_frame *frames; /* every task's chain, back to back */
         size_t n_frames, cap_frames;
-        uint64_t *waiter, *callback; /* per task: awaited future, first done callback */
+        /* Per task (cap entries): awaited future, first done callback, ... */
+        uint64_t *waiter, *callback;
+        uint64_t *cur;          /* the coroutine its chain is at (a slot's address in between) */
+        uint64_t *frame;        /* that coroutine's frame (first: the task's loop) */
+        int8_t *state;          /* 3.11+: that coroutine's gi_frame_state */
+        uint8_t *cls;           /* classes of its awaited future and callback */
+        uint32_t *active;       /* the tasks whose chain goes on at this level */
+        size_t *chain_at;       /* (first: the name object) then where its frames start */
+        struct chain_frame *cf; /* frames found, level by level */
+        size_t n_cf, cap_cf;
+        /* One batch of reads. */
+        struct memsrc_iov *iov;
+        bool *ok;
+        size_t cap_iov;
+        uint8_t *buf;
+        size_t cap_buf;
+};
+
+struct chain_frame {
+        uint32_t task, level;
+        struct pywalk_frame f;
 };
 
 int pywalk_set_tasks(struct pywalk *w, char *err, size_t errlen)
@@ -128,6 +148,16 @@ void pytasks_free(struct pytasks *t)
         free(t->frames);
         free(t->waiter);
         free(t->callback);
+        free(t->cur);
+        free(t->frame);
+        free(t->state);
+        free(t->cls);
+        free(t->active);
+        free(t->chain_at);
+        free(t->cf);
+        free(t->iov);
+        free(t->ok);
+        free(t->buf);
         free(t);
 }
 
@@ -191,18 +221,6 @@ static int type_class(struct pywalk *w, uint64_t type, uint8_t *out)
         return 0;
 }
 
-/* The class of the object at addr (its type read through the snapshot). */
-static int object_class(struct pywalk *w, uint64_t addr, uint8_t *out)
-{
-        uint64_t type;
-        if (!addr)
-                return 1;
-        int rc = pysnap_fetch(&w->snap, addr + (uint64_t)w->L.ob_type, &type, 8);
-        if (rc < 0)
-                return soft(rc);
-        return type_class(w, type, out);
-}
-
 /* Find the registry of tasks by name (asyncio.tasks' globals, then the WeakSet's data). */
 static int registry_lookup(struct pywalk *w)
 {
@@ -228,61 +246,124 @@ static int registry_lookup(struct pywalk *w)
 }
 
 /* Add the members of the set at `set` (weakrefs to them when `weak`) to t->found. */
+
+/* Scratch for one batch of reads: n ranges of `each` bytes. */
+static int batch_reserve(struct pytasks *t, size_t n, size_t each)
+{
+        if (n > t->cap_iov) {
+                struct memsrc_iov *iov = realloc(t->iov, n * sizeof(*iov));
+                if (iov)
+                        t->iov = iov;
+                bool *ok = realloc(t->ok, n * sizeof(*ok));
+                if (ok)
+                        t->ok = ok;
+                if (!iov || !ok)
+                        return -ENOMEM;
+                t->cap_iov = n;
+        }
+        if (n * each > t->cap_buf) {
+                uint8_t *b = realloc(t->buf, n * each);
+                if (!b)
+                        return -ENOMEM;
+                t->buf = b;
+                t->cap_buf = n * each;
+        }
+        return 0;
+}
+
+/*
+ * Read t->iov[0, n) in one batch (a few system calls whatever n); when a
+ * range fails, each is read alone. t->ok[i] says which read. Returns 0 or a
+ * fatal read error.
+ */
+static int batch_read(struct pywalk *w, size_t n)
+{
+        struct pytasks *t = w->tasks;
+        int rc = n ? memsrc_readv(w->m, t->iov, n) : 0;
+        for (size_t i = 0; i < n; i++)
+                t->ok[i] = rc == 0;
+        if (rc == 0 || fatal_read(rc))
+                return rc == 0 ? 0 : rc;
+        for (size_t i = 0; i < n; i++) {
+                rc = memsrc_read(w->m, t->iov[i].addr, t->iov[i].buf, t->iov[i].len);
+                if (rc < 0 && fatal_read(rc))
+                        return rc;
+                t->ok[i] = rc == 0;
+        }
+        return 0;
+}
+
+/* The class of the object whose first bytes (its header) are at `obj`. */
+static int header_class(struct pywalk *w, const uint8_t *obj, uint8_t *out)
+{
+        int rc = type_class(w, rd64(obj + w->L.ob_type), out);
+        return rc > 0 ? (*out = CLS_OTHER, 0) : rc;
+}
+
+static int found_push(struct pytasks *t, uint64_t addr)
+{
+        if (t->n_found == t->cap_found) {
+                size_t cap = t->cap_found ? 2 * t->cap_found : 256;
+                uint64_t *p = realloc(t->found, cap * sizeof(*p));
+                if (!p)
+                        return -ENOMEM;
+                t->found = p;
+                t->cap_found = cap;
+        }
+        t->found[t->n_found++] = addr;
+        return 0;
+}
+
+/* Add the members of the set at `set` (weakrefs to them when `weak`) to t->found. */
 static int registry_read(struct pywalk *w, uint64_t set, bool weak)
 {
         struct pytasks *t = w->tasks;
         const struct pylayout *L = &w->L;
         uint64_t mask, table;
-        int rc = pysnap_fetch(&w->snap, set + (uint64_t)L->set_mask, &mask, 8);
+        int rc = memsrc_read(w->m, set + (uint64_t)L->set_mask, &mask, 8);
         if (rc == 0)
-                rc = pysnap_fetch(&w->snap, set + (uint64_t)L->set_table, &table, 8);
+                rc = memsrc_read(w->m, set + (uint64_t)L->set_table, &table, 8);
         if (rc < 0)
                 return soft(rc);
         uint64_t slots = mask + 1;
         if (!table || slots < 8 || slots > MAX_SET_SLOTS || (slots & mask))
                 return 1;
-        const uint8_t *ents;
-        rc = pysnap_fetch_ptr(&w->snap, table, (size_t)slots * 16, &ents);
+        if ((rc = batch_reserve(t, 1, (size_t)slots * 16)) < 0)
+                return rc;
+        rc = memsrc_read(w->m, table, t->buf, (size_t)slots * 16);
         if (rc < 0)
                 return soft(rc);
-        /* Keys first: the pointer is good until the next read that misses the snapshot. */
         size_t first = t->n_found;
         for (uint64_t i = 0; i < slots; i++) {
-                uint64_t key = rd64(ents + 16 * i);
-                if (!key)
-                        continue;
-                if (t->n_found == t->cap_found) {
-                        size_t cap = t->cap_found ? 2 * t->cap_found : 256;
-                        uint64_t *p = realloc(t->found, cap * sizeof(*p));
-                        if (!p)
-                                return -ENOMEM;
-                        t->found = p;
-                        t->cap_found = cap;
-                }
-                t->found[t->n_found++] = key;
+                uint64_t key = rd64(t->buf + 16 * i);
+                if (key && (rc = found_push(t, key)) < 0)
+                        return rc;
         }
         if (!weak)
                 return 0;
-        /* The set's dummy key and dead references are dropped here or by the task's type. */
+        /* Each weakref's header and referent in one batch; the set's dummy key drops out. */
+        size_t n = t->n_found - first, each = (size_t)L->wr_object + 8;
+        if ((rc = batch_reserve(t, n, each)) < 0)
+                return rc;
+        for (size_t i = 0; i < n; i++)
+                t->iov[i] = (struct memsrc_iov){t->found[first + i], t->buf + i * each, each};
+        if ((rc = batch_read(w, n)) < 0)
+                return rc;
         size_t k = first;
-        for (size_t i = first; i < t->n_found; i++) {
+        for (size_t i = 0; i < n; i++) {
                 uint8_t cls;
-                uint64_t obj;
-                rc = object_class(w, t->found[i], &cls);
-                if (rc < 0)
-                        return rc;
-                if (rc || cls != CLS_WEAKREF)
+                const uint8_t *wr = t->buf + i * each;
+                if (!t->ok[i])
                         continue;
-                rc = pysnap_fetch(&w->snap, t->found[i] + (uint64_t)L->wr_object, &obj, 8);
-                if (rc < 0)
-                        return soft(rc);
-                t->found[k++] = obj;
+                if ((rc = header_class(w, wr, &cls)) < 0)
+                        return rc;
+                if (cls == CLS_WEAKREF && rd64(wr + L->wr_object))
+                        t->found[k++] = rd64(wr + L->wr_object);
         }
         t->n_found = k;
         return 0;
 }
 
-/* The thread running the loop at `loop`: its _thread_id, read now and then. */
 static int loop_thread(struct pywalk *w, uint64_t loop, uint64_t *thread_id)
 {
         struct pytasks *t = w->tasks;
@@ -378,111 +459,6 @@ static int task_name(struct pywalk *w, uint64_t task, uint64_t obj, const struct
         return 0;
 }
 
-static int frame_push(struct pytasks *t, const struct pywalk_frame *f)
-{
-        if (t->n_frames == t->cap_frames) {
-                size_t cap = t->cap_frames ? 2 * t->cap_frames : 1024;
-                struct pywalk_frame *p = realloc(t->frames, cap * sizeof(*p));
-                if (!p)
-                        return -ENOMEM;
-                t->frames = p;
-                t->cap_frames = cap;
-        }
-        t->frames[t->n_frames++] = *f;
-        return 0;
-}
-
-/*
- * Follow the await chain from the coroutine at `coro` into t->frames
- * (outermost first); sets tk->running and tk->root. Returns 0, or a fatal
- * error; a chain that stops reading just ends there.
- */
-static int await_chain(struct pywalk *w, uint64_t coro, struct pywalk_task *tk)
-{
-        struct pytasks *t = w->tasks;
-        const struct pylayout *L = &w->L;
-        for (unsigned level = 0; coro && level < MAX_AWAIT_DEPTH; level++) {
-                uint8_t cls;
-                int rc = object_class(w, coro, &cls);
-                if (rc != 0 || cls != CLS_CORO)
-                        return rc < 0 ? rc : 0;
-                const uint8_t *fr;
-                uint64_t frame, next = 0;
-                bool running, follow;
-                if (L->await == PYL_AWAIT_LOCALSPLUS) {
-                        int8_t state;
-                        frame = coro + (uint64_t)L->gen_iframe;
-                        rc = pysnap_fetch(&w->snap, coro + (uint64_t)L->gen_frame_state, &state, 1);
-                        if (rc < 0)
-                                return soft(rc) < 0 ? rc : 0;
-                        if (state > 0)
-                                return 0; /* completed or cleared */
-                        running = state == 0;
-                        /*
-                         * Suspended (-1; 3.13: suspended in an await or yield from). What
-                         * the stack top holds is checked by its type at the next level.
-                         */
-                        follow = state == -1;
-                } else {
-                        rc = pysnap_fetch(&w->snap, coro + (uint64_t)L->gen_frame, &frame, 8);
-                        if (rc < 0 || !frame)
-                                return rc < 0 && fatal_read(rc) ? rc : 0;
-                        running = follow = false;
-                }
-                size_t need = L->fr_read;
-                int32_t ends[] = {L->fr_stacktop + 8, L->fr_valuestack + 8};
-                for (size_t i = 0; i < 2; i++)
-                        if (L->await != PYL_AWAIT_LOCALSPLUS && ends[i] > (int32_t)need)
-                                need = (size_t)ends[i];
-                if (L->await == PYL_AWAIT_LOCALSPLUS && (size_t)L->fr_stacktop + 4 > need)
-                        need = (size_t)L->fr_stacktop + 4;
-                rc = pysnap_fetch_ptr(&w->snap, frame, need, &fr);
-                if (rc < 0)
-                        return fatal_read(rc) ? rc : 0;
-                uint64_t slot = 0;
-                if (L->await == PYL_AWAIT_LOCALSPLUS) {
-                        int32_t top = rd32(fr + L->fr_stacktop);
-                        if (follow && top > 0 && top < MAX_VALUE_STACK)
-                                slot = frame + (uint64_t)L->fr_valuestack + 8 * (uint64_t)(top - 1);
-                } else {
-                        uint8_t st = fr[L->fr_state];
-                        running = L->fr_state_kind == PYL_FRSTATE_EXECUTING ? st != 0
-                                                                            : st == 0 || st == 2;
-                        if (!running && L->await == PYL_AWAIT_STACKTOP) {
-                                uint64_t sp = rd64(fr + L->fr_stacktop);
-                                if (sp > frame + 8 && sp - frame < 8 * (uint64_t)MAX_VALUE_STACK)
-                                        slot = sp - 8;
-                        } else if (!running) {
-                                int32_t depth = rd32(fr + L->fr_stacktop);
-                                uint64_t vs = rd64(fr + L->fr_valuestack);
-                                if (vs && depth > 0 && depth < MAX_VALUE_STACK)
-                                        slot = vs + 8 * (uint64_t)(depth - 1);
-                        }
-                }
-                struct pywalk_frame f;
-                uint8_t copy[FRAME_BUF];
-                memcpy(copy, fr, L->fr_read); /* decoding may read past the snapshot */
-                rc = pywalk_frame_decode(w, copy, &f);
-                if (rc < 0)
-                        return fatal_read(rc) ? rc : 0;
-                if (rc == 0) {
-                        if (level == 0)
-                                tk->root = f.code;
-                        if ((rc = frame_push(t, &f)) < 0)
-                                return rc;
-                }
-                if (running) {
-                        tk->running = true;
-                        return 0;
-                }
-                if (slot && (rc = pysnap_fetch(&w->snap, slot, &next, 8)) < 0)
-                        return fatal_read(rc) ? rc : 0;
-                coro = next;
-        }
-        return 0;
-}
-
-/* The index + 1 of the task at addr among this sample's (sorted by address), 0 none. */
 static uint32_t task_index(const struct pytasks *t, uint64_t addr)
 {
         size_t lo = 0, hi = t->n;
@@ -503,20 +479,195 @@ static int addr_cmp(const void *a, const void *b)
 }
 
 /* Who awaits whom: awaited tasks, gather's children, TaskGroup members. */
+
+/* A frame of task `task`'s chain at await level `level` (sorted into chains at the end). */
+static int frame_push(struct pytasks *t, uint32_t task, uint32_t level,
+                      const struct pywalk_frame *f)
+{
+        if (t->n_cf == t->cap_cf) {
+                size_t cap = t->cap_cf ? 2 * t->cap_cf : 1024;
+                struct chain_frame *p = realloc(t->cf, cap * sizeof(*p));
+                if (!p)
+                        return -ENOMEM;
+                t->cf = p;
+                t->cap_cf = cap;
+        }
+        t->cf[t->n_cf++] = (struct chain_frame){task, level, *f};
+        return 0;
+}
+
+/*
+ * Follow every task's await chain from its coroutine (t->cur), one level
+ * for all tasks at a time: each level is a batch of coroutine reads (3.11+:
+ * the coroutine with its embedded frame; <=3.10: the coroutine, then a batch
+ * of its frames) and a batch of value-stack tops, what each awaits.
+ */
+static int await_chains(struct pywalk *w)
+{
+        struct pytasks *t = w->tasks;
+        const struct pylayout *L = &w->L;
+        bool embedded = L->await == PYL_AWAIT_LOCALSPLUS;
+        size_t need = L->fr_read;
+        if (embedded && (size_t)L->fr_stacktop + 4 > need)
+                need = (size_t)L->fr_stacktop + 4;
+        for (size_t i = 0; !embedded && i < 2; i++) {
+                int32_t end = (i ? L->fr_valuestack : L->fr_stacktop) + 8;
+                if ((size_t)end > need)
+                        need = (size_t)end;
+        }
+        size_t head = embedded
+                          ? (size_t)L->gen_iframe + need
+                          : (size_t)(L->gen_frame > L->ob_type ? L->gen_frame : L->ob_type) + 8;
+        int rc = 0;
+        for (uint32_t level = 0; level < MAX_AWAIT_DEPTH && rc == 0; level++) {
+                size_t n = 0;
+                for (size_t i = 0; i < t->n; i++)
+                        if (t->cur[i])
+                                t->active[n++] = (uint32_t)i;
+                if (!n)
+                        break;
+                if ((rc = batch_reserve(t, n, head > need ? head : need)) < 0)
+                        return rc;
+                for (size_t k = 0; k < n; k++)
+                        t->iov[k] =
+                            (struct memsrc_iov){t->cur[t->active[k]], t->buf + k * head, head};
+                if ((rc = batch_read(w, n)) < 0)
+                        return rc;
+                /* The frame of each: inside the coroutine (3.11+), else where gi_frame points. */
+                for (size_t k = 0; k < n; k++) {
+                        uint32_t i = t->active[k];
+                        const uint8_t *co = t->buf + k * head;
+                        uint8_t cls = CLS_OTHER;
+                        if (t->ok[k] && (rc = header_class(w, co, &cls)) < 0)
+                                return rc;
+                        t->frame[i] = 0;
+                        if (cls != CLS_CORO)
+                                continue;
+                        if (embedded) {
+                                int8_t state = (int8_t)co[L->gen_frame_state];
+                                if (state > 0)
+                                        continue; /* completed or cleared */
+                                t->frame[i] = t->cur[i] + (uint64_t)L->gen_iframe;
+                                t->state[i] = state;
+                        } else {
+                                t->frame[i] = rd64(co + L->gen_frame);
+                        }
+                }
+                uint8_t *frames = t->buf; /* 3.11+: the frames are in the coroutines read */
+                size_t stride = head, off = embedded ? (size_t)L->gen_iframe : 0;
+                if (!embedded) {
+                        for (size_t k = 0; k < n; k++) {
+                                uint32_t i = t->active[k];
+                                t->iov[k] = (struct memsrc_iov){t->frame[i], t->buf + k * need,
+                                                                t->frame[i] ? need : 0};
+                        }
+                        if ((rc = batch_read(w, n)) < 0)
+                                return rc;
+                        stride = need;
+                }
+                for (size_t k = 0; k < n; k++) {
+                        uint32_t i = t->active[k];
+                        const uint8_t *fr = frames + k * stride + off;
+                        uint64_t slot = 0;
+                        t->cur[i] = 0;
+                        if (!t->frame[i] || (!embedded && !t->ok[k]))
+                                continue;
+                        bool running, follow;
+                        if (embedded) {
+                                running = t->state[i] == 0;
+                                /* Suspended (-1; 3.13: in an await): what it awaits is on top. */
+                                follow = t->state[i] == -1;
+                                int32_t top = rd32(fr + L->fr_stacktop);
+                                if (follow && top > 0 && top < MAX_VALUE_STACK)
+                                        slot = t->frame[i] + (uint64_t)L->fr_valuestack +
+                                               8 * (uint64_t)(top - 1);
+                        } else {
+                                uint8_t st = fr[L->fr_state];
+                                running = L->fr_state_kind == PYL_FRSTATE_EXECUTING
+                                              ? st != 0
+                                              : st == 0 || st == 2;
+                                uint64_t f0 = t->frame[i];
+                                if (!running && L->await == PYL_AWAIT_STACKTOP) {
+                                        uint64_t sp = rd64(fr + L->fr_stacktop);
+                                        if (sp > f0 + 8 && sp - f0 < 8 * (uint64_t)MAX_VALUE_STACK)
+                                                slot = sp - 8;
+                                } else if (!running) {
+                                        int32_t depth = rd32(fr + L->fr_stacktop);
+                                        uint64_t vs = rd64(fr + L->fr_valuestack);
+                                        if (vs && depth > 0 && depth < MAX_VALUE_STACK)
+                                                slot = vs + 8 * (uint64_t)(depth - 1);
+                                }
+                        }
+                        struct pywalk_frame f;
+                        rc = pywalk_frame_decode(w, fr, &f);
+                        if (rc < 0 && fatal_read(rc))
+                                return rc;
+                        if (rc == 0) {
+                                if (level == 0)
+                                        t->v[i].root = f.code;
+                                if ((rc = frame_push(t, i, level, &f)) < 0)
+                                        return rc;
+                        }
+                        rc = 0;
+                        if (running)
+                                t->v[i].running = true;
+                        else
+                                t->cur[i] = slot; /* the slot's address, for now */
+                }
+                /* What each awaits: the value on top of its stack. */
+                size_t m = 0;
+                for (size_t k = 0; k < n; k++) {
+                        uint32_t i = t->active[k];
+                        if (t->cur[i])
+                                t->active[m++] = i;
+                }
+                if ((rc = batch_reserve(t, m, 8)) < 0)
+                        return rc;
+                for (size_t k = 0; k < m; k++)
+                        t->iov[k] = (struct memsrc_iov){t->cur[t->active[k]], t->buf + 8 * k, 8};
+                if ((rc = batch_read(w, m)) < 0)
+                        return rc;
+                for (size_t k = 0; k < m; k++)
+                        t->cur[t->active[k]] = t->ok[k] ? rd64(t->buf + 8 * k) : 0;
+        }
+        return rc;
+}
+
+/* Who awaits whom: awaited tasks, gather's children, TaskGroup members. */
 static int link_parents(struct pywalk *w)
 {
         struct pytasks *t = w->tasks;
         const struct pylayout *L = &w->L;
+        /* The types of every awaited future and first done callback, in one batch. */
+        size_t each = (size_t)L->ob_type + 8;
+        int rc = batch_reserve(t, 2 * t->n, each);
+        if (rc < 0)
+                return rc;
         for (size_t i = 0; i < t->n; i++) {
-                uint8_t cls;
-                int rc = object_class(w, t->waiter[i], &cls);
-                if (rc < 0)
+                t->iov[2 * i] = (struct memsrc_iov){t->waiter[i], t->buf + 2 * i * each,
+                                                    t->waiter[i] ? each : 0};
+                t->iov[2 * i + 1] = (struct memsrc_iov){t->callback[i], t->buf + (2 * i + 1) * each,
+                                                        t->callback[i] ? each : 0};
+        }
+        if ((rc = batch_read(w, 2 * t->n)) < 0)
+                return rc;
+        for (size_t i = 0; i < t->n; i++) {
+                uint8_t wcls = CLS_OTHER, ccls = CLS_OTHER;
+                if (t->waiter[i] && t->ok[2 * i] &&
+                    (rc = header_class(w, t->buf + 2 * i * each, &wcls)) < 0)
                         return rc;
-                if (rc == 0 && cls == CLS_TASK) {
+                if (t->callback[i] && t->ok[2 * i + 1] &&
+                    (rc = header_class(w, t->buf + (2 * i + 1) * each, &ccls)) < 0)
+                        return rc;
+                t->cls[i] = (uint8_t)(wcls << 4 | ccls);
+        }
+        for (size_t i = 0; i < t->n; i++) {
+                uint8_t wcls = t->cls[i] >> 4, ccls = t->cls[i] & 15;
+                if (wcls == CLS_TASK) {
                         uint32_t c = task_index(t, t->waiter[i]);
                         if (c && c != i + 1)
                                 t->v[c - 1].parent = (uint32_t)i + 1;
-                } else if (rc == 0 && cls == CLS_GATHERING) {
+                } else if (wcls == CLS_GATHERING) {
                         uint64_t list, n, items;
                         rc = pywalk_object_attr(w, t->waiter[i], "_children", &list);
                         if (rc == 0)
@@ -536,15 +687,14 @@ static int link_parents(struct pywalk *w)
                                 return rc;
                 }
                 /* A TaskGroup's task: its first done callback is the group's _on_task_done. */
-                rc = object_class(w, t->callback[i], &cls);
-                if (rc < 0)
-                        return rc;
-                if (rc == 0 && cls == CLS_METHOD && !t->v[i].parent) {
-                        uint64_t self, parent;
-                        rc = pysnap_fetch(&w->snap, t->callback[i] + (uint64_t)L->meth_self, &self,
-                                          8);
+                if (ccls == CLS_METHOD && !t->v[i].parent) {
+                        uint64_t self, type, parent;
+                        uint8_t cls;
+                        rc = memsrc_read(w->m, t->callback[i] + (uint64_t)L->meth_self, &self, 8);
                         if (rc == 0)
-                                rc = object_class(w, self, &cls);
+                                rc = memsrc_read(w->m, self + (uint64_t)L->ob_type, &type, 8);
+                        if (rc == 0)
+                                rc = type_class(w, type, &cls);
                         if (rc == 0 && cls == CLS_TASKGROUP)
                                 rc = pywalk_object_attr(w, self, "_parent_task", &parent);
                         else if (rc == 0)
@@ -570,11 +720,45 @@ static int link_parents(struct pywalk *w)
         return 0;
 }
 
+/* Room for n tasks in every per-task array. */
+static int tasks_reserve(struct pytasks *t, size_t n)
+{
+        if (n <= t->cap)
+                return 0;
+        struct pywalk_task *v = realloc(t->v, n * sizeof(*v));
+        if (v)
+                t->v = v;
+        uint64_t **arrays[] = {&t->waiter, &t->callback, &t->cur, &t->frame};
+        bool ok = v != NULL;
+        for (size_t a = 0; a < sizeof(arrays) / sizeof(arrays[0]); a++) {
+                uint64_t *p = realloc(*arrays[a], n * sizeof(*p));
+                if (p)
+                        *arrays[a] = p;
+                ok &= p != NULL;
+        }
+        uint32_t *act = realloc(t->active, n * sizeof(*act));
+        if (act)
+                t->active = act;
+        int8_t *st = realloc(t->state, n);
+        if (st)
+                t->state = st;
+        uint8_t *cls = realloc(t->cls, n);
+        if (cls)
+                t->cls = cls;
+        size_t *at = realloc(t->chain_at, (n + 1) * sizeof(*at));
+        if (at)
+                t->chain_at = at;
+        if (!ok || !act || !st || !cls || !at)
+                return -ENOMEM;
+        t->cap = n;
+        return 0;
+}
+
 int pytasks_walk(struct pywalk *w)
 {
         struct pytasks *t = w->tasks;
         const struct pylayout *L = &w->L;
-        t->n = t->n_found = t->n_frames = 0;
+        t->n = t->n_found = t->n_cf = t->n_frames = 0;
         int rc = 0;
         if (w->sample_no >= t->registry_due) {
                 rc = registry_lookup(w);
@@ -593,74 +777,69 @@ int pytasks_walk(struct pywalk *w)
                         t->registry_due = 0; /* moved or gone: look it up again */
         }
         qsort(t->found, t->n_found, sizeof(*t->found), addr_cmp);
-        if (t->n_found > PYWALK_MAX_TASKS)
-                t->n_found = PYWALK_MAX_TASKS;
-        if (t->cap < t->n_found) {
-                struct pywalk_task *v = realloc(t->v, t->n_found * sizeof(*v));
-                uint64_t *wt = realloc(t->waiter, t->n_found * sizeof(*wt));
-                if (wt)
-                        t->waiter = wt;
-                uint64_t *cb = realloc(t->callback, t->n_found * sizeof(*cb));
-                if (cb)
-                        t->callback = cb;
-                if (v)
-                        t->v = v;
-                if (!v || !wt || !cb)
-                        return -ENOMEM;
-                t->cap = t->n_found;
-        }
-        size_t *chain_at = malloc((t->n_found + 1) * sizeof(*chain_at));
-        if (!chain_at)
-                return -ENOMEM;
+        size_t k = 0;
+        for (size_t i = 0; i < t->n_found && k < PYWALK_MAX_TASKS; i++)
+                if (!k || t->found[i] != t->found[k - 1])
+                        t->found[k++] = t->found[i];
+        t->n_found = k;
+        /* Every candidate's Task struct in one batch. */
+        size_t each = (size_t)L->task_size;
+        if ((rc = tasks_reserve(t, t->n_found)) < 0 ||
+            (rc = batch_reserve(t, t->n_found, each)) < 0)
+                return rc;
+        for (size_t i = 0; i < t->n_found; i++)
+                t->iov[i] = (struct memsrc_iov){t->found[i], t->buf + i * each, each};
+        if ((rc = batch_read(w, t->n_found)) < 0)
+                return rc;
         for (size_t i = 0; i < t->n_found; i++) {
-                uint64_t addr = t->found[i];
-                if (i && addr == t->found[i - 1])
-                        continue;
+                const uint8_t *p = t->buf + i * each;
                 uint8_t cls;
-                rc = object_class(w, addr, &cls);
-                if (rc < 0)
-                        break;
-                if (rc || cls != CLS_TASK)
+                if (!t->ok[i])
                         continue;
-                const uint8_t *p;
-                rc = pysnap_fetch_ptr(&w->snap, addr, (size_t)L->task_size, &p);
-                if (rc < 0 && fatal_read(rc))
-                        break;
-                if (rc < 0 || rd32(p + L->fut_state) != 0) /* not pending: done */
+                if ((rc = header_class(w, p, &cls)) < 0)
+                        return rc;
+                if (cls != CLS_TASK || rd32(p + L->fut_state) != 0) /* not a task, or done */
                         continue;
-                uint64_t loop = rd64(p + L->fut_loop), coro = rd64(p + L->task_coro);
-                uint64_t name = L->task_name >= 0 ? rd64(p + L->task_name) : 0;
+                struct pywalk_task *tk = &t->v[t->n];
+                *tk = (struct pywalk_task){.addr = t->found[i]};
                 t->waiter[t->n] = rd64(p + L->task_fut_waiter);
                 t->callback[t->n] = rd64(p + L->fut_callback0);
-                struct pywalk_task *tk = &t->v[t->n];
-                *tk = (struct pywalk_task){.addr = addr};
-                if ((rc = loop_thread(w, loop, &tk->thread_id)) < 0)
-                        break;
-                if ((rc = task_name(w, addr, name, &tk->name)) < 0)
-                        break;
-                chain_at[t->n] = t->n_frames;
-                if ((rc = await_chain(w, coro, tk)) < 0)
-                        break;
+                t->cur[t->n] = rd64(p + L->task_coro);
+                /* The loop's fut_loop and the name: kept here, read below (they read). */
+                t->frame[t->n] = rd64(p + L->fut_loop);
+                t->chain_at[t->n] = L->task_name >= 0 ? rd64(p + L->task_name) : 0;
                 t->n++;
         }
-        chain_at[t->n] = t->n_frames;
-        /* Frames innermost first, as a thread's; pointers once the buffer stopped growing. */
-        for (size_t i = 0; rc >= 0 && i < t->n; i++) {
-                struct pywalk_frame *f = t->frames + chain_at[i];
-                size_t d = chain_at[i + 1] - chain_at[i];
-                for (size_t a = 0, b = d; a + 1 < b; a++, b--) {
-                        struct pywalk_frame x = f[a];
-                        f[a] = f[b - 1];
-                        f[b - 1] = x;
-                }
-                t->v[i].frames = f;
-                t->v[i].depth = (uint32_t)d;
+        for (size_t i = 0; i < t->n; i++) {
+                if ((rc = loop_thread(w, t->frame[i], &t->v[i].thread_id)) < 0)
+                        return rc;
+                if ((rc = task_name(w, t->v[i].addr, t->chain_at[i], &t->v[i].name)) < 0)
+                        return rc;
         }
-        free(chain_at);
-        if (rc < 0 && fatal_read(rc))
+        if ((rc = await_chains(w)) < 0)
                 return rc;
-        if (rc == -ENOMEM)
-                return rc;
+        /* The chains' frames, task by task, innermost first (as a thread's). */
+        if (t->n_cf > t->cap_frames) {
+                struct pywalk_frame *f = realloc(t->frames, t->n_cf * sizeof(*f));
+                if (!f)
+                        return -ENOMEM;
+                t->frames = f;
+                t->cap_frames = t->n_cf;
+        }
+        memset(t->chain_at, 0, (t->n + 1) * sizeof(*t->chain_at));
+        for (size_t i = 0; i < t->n_cf; i++)
+                t->chain_at[t->cf[i].task + 1]++;
+        for (size_t i = 0; i < t->n; i++) {
+                t->chain_at[i + 1] += t->chain_at[i];
+                t->v[i].frames = t->frames + t->chain_at[i];
+                t->v[i].depth = (uint32_t)(t->chain_at[i + 1] - t->chain_at[i]);
+        }
+        /* Levels were pushed in order: the deepest goes first. */
+        for (size_t i = 0; i < t->n_cf; i++) {
+                struct pywalk_task *tk = &t->v[t->cf[i].task];
+                tk->frames[tk->depth - 1 - t->cf[i].level] = t->cf[i].f;
+        }
+        t->n_frames = t->n_cf;
         rc = link_parents(w);
         return rc < 0 && (fatal_read(rc) || rc == -ENOMEM) ? rc : 0;
 }
