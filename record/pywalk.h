@@ -165,8 +165,8 @@ struct pywalk_task {
 #define PYWALK_MAX_TASKS (1u << 17) /* tasks reported by one sample at most */
 
 /*
- * Read the asyncio tasks in every pywalk_sample() from now on (in the same
- * snapshot as the threads, so their memory joins the next sample's batch).
+ * Read the asyncio tasks in every pywalk_sample() from now on, right after
+ * the threads (pytasks.c: batched reads, level by level).
  * Returns 0, or PYFIND_UNSUPPORTED with a message when this version's task
  * layout is unknown (the walker is unchanged then), -ENOMEM.
  */
