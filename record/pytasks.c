@@ -58,6 +58,7 @@ enum obj_class {
 struct type_class {
         uint64_t type;
         uint8_t cls;
+        char name[sizeof(((struct pywalk_task *)0)->awaiting)]; /* its tp_name, cut short */
 };
 
 struct loop_thread {
@@ -172,21 +173,30 @@ static int soft(int rc)
         return fatal_read(rc) ? rc : 1;
 }
 
+/* The cache entry of the type at `type`, NULL when it has none. */
+static const struct type_class *type_cached(const struct pytasks *t, uint64_t type)
+{
+        for (size_t i = 0; i < t->n_types; i++)
+                if (t->types[i].type == type)
+                        return &t->types[i];
+        return NULL;
+}
+
 /* The class of the type at `type`, cached (types live as long as their objects, mostly). */
 static int type_class(struct pywalk *w, uint64_t type, uint8_t *out)
 {
         struct pytasks *t = w->tasks;
         const struct pylayout *L = &w->L;
-        for (size_t i = 0; i < t->n_types; i++) {
-                if (t->types[i].type == type) {
-                        *out = t->types[i].cls;
-                        return 0;
-                }
+        const struct type_class *c = type_cached(t, type);
+        if (c) {
+                *out = c->cls;
+                return 0;
         }
         if (!type)
                 return 1;
         uint8_t cls = CLS_OTHER;
         uint64_t cur = type;
+        char first[sizeof(((struct type_class *)0)->name)] = "";
         for (int depth = 0; cur && depth < MAX_TYPE_BASES; depth++) {
                 uint64_t name_ptr;
                 char name[TP_NAME_MAX + 1] = {0};
@@ -198,6 +208,8 @@ static int type_class(struct pywalk *w, uint64_t type, uint8_t *out)
                 if (rc < 0)
                         return soft(rc);
                 name[TP_NAME_MAX] = 0;
+                if (depth == 0)
+                        snprintf(first, sizeof(first), "%s", name);
                 if (strcmp(name, "_asyncio.Task") == 0) {
                         cls = CLS_TASK;
                         break;
@@ -222,7 +234,8 @@ static int type_class(struct pywalk *w, uint64_t type, uint8_t *out)
                         return soft(rc);
         }
         size_t i = t->n_types < TYPE_SLOTS ? t->n_types++ : (size_t)(type >> 4) % TYPE_SLOTS;
-        t->types[i] = (struct type_class){type, cls};
+        t->types[i] = (struct type_class){type, cls, ""};
+        memcpy(t->types[i].name, first, sizeof(first));
         *out = cls;
         return 0;
 }
@@ -666,13 +679,21 @@ static int link_parents(struct pywalk *w)
                     (rc = header_class(w, t->buf + (2 * i + 1) * each, &ccls)) < 0)
                         return rc;
                 t->cls[i] = (uint8_t)(wcls << 4 | ccls);
+                const struct type_class *c =
+                    t->waiter[i] && t->ok[2 * i]
+                        ? type_cached(t, rd64(t->buf + 2 * i * each + L->ob_type))
+                        : NULL;
+                if (c)
+                        memcpy(t->v[i].awaiting, c->name, sizeof(c->name));
         }
         for (size_t i = 0; i < t->n; i++) {
                 uint8_t wcls = t->cls[i] >> 4, ccls = t->cls[i] & 15;
                 if (wcls == CLS_TASK) {
                         uint32_t c = task_index(t, t->waiter[i]);
-                        if (c && c != i + 1)
+                        if (c && c != i + 1) {
                                 t->v[c - 1].parent = (uint32_t)i + 1;
+                                t->v[i].awaits = c;
+                        }
                 } else if (wcls == CLS_GATHERING) {
                         uint64_t list, n, items;
                         rc = pywalk_object_attr(w, t->waiter[i], "_children", &list);

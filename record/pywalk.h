@@ -153,13 +153,17 @@ void pywalk_set_batch_reader(struct pywalk *w, pywalk_batch_fn fn, void *ctx);
 struct pywalk_task {
         uint64_t addr;      /* the Task object */
         uint64_t thread_id; /* threading.get_ident() of its loop's thread; 0 when not running */
-        uint32_t parent; /* 1 + index of the task awaiting it (await, gather, TaskGroup); 0 none */
+        /* 1 + index of the task awaiting it (await, gather, TaskGroup); 0 none */
+        uint32_t parent;
+        uint32_t awaits; /* 1 + index of the task it awaits directly; 0 none */
         bool running;    /* its coroutine was executing: its frames are its thread's stack */
-        const struct pywalk_code *name; /* a pseudo code (task = true) naming the task */
-        const struct pywalk_code
-            *root;      /* its coroutine's code (to find it in the thread's stack) */
+        /* a pseudo code (task = true) naming the task */
+        const struct pywalk_code *name;
+        /* its coroutine's code (to find it in the thread's stack) */
+        const struct pywalk_code *root;
         uint32_t depth; /* frames of the await chain, innermost first */
         struct pywalk_frame *frames;
+        char awaiting[32]; /* the type of the future it awaits ("Future", "_GatheringFuture"...) */
 };
 
 #define PYWALK_MAX_TASKS (1u << 17) /* tasks reported by one sample at most */

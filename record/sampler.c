@@ -1180,8 +1180,13 @@ static void dump_task(FILE *out, const struct pywalk_task *v, size_t n, size_t i
                       size_t plen, bool last, unsigned level)
 {
         const struct pywalk_task *tk = &v[i];
-        fprintf(out, "%s%s (T) %s%s\n", prefix, last ? "└──" : "├──", tk->name->name,
+        fprintf(out, "%s%s (T) %s%s", prefix, last ? "└──" : "├──", tk->name->name,
                 tk->running ? " (running)" : "");
+        if (tk->awaits)
+                fprintf(out, " awaiting task %s", v[tk->awaits - 1].name->name);
+        else if (tk->awaiting[0])
+                fprintf(out, " awaiting %s", tk->awaiting);
+        fputc('\n', out);
         /* Its await chain, outermost first, under it. */
         const char *bar = last ? "    " : "│   ";
         for (uint32_t k = tk->depth; k-- > 0;) {

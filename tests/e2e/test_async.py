@@ -268,7 +268,7 @@ def test_version(r, label, py):
             want += ["gatherer", "gchild-0", "user-7", "side-3"]
         r.check("%s: --dump --async prints the task tree" % tag,
                 dump.returncode == 0 and all(w in text for w in want) and
-                re.search(r"\(T\) gatherer\n(?:[│ ]+[^\n]*\n)*?[│ ]+[└├]── \(T\) gchild-0", text)
+                re.search(r"\(T\) gatherer awaiting _GatheringFuture\n(?:[│ ]+[^\n]*\n)*?[│ ]+[└├]── \(T\) gchild-0", text)
                 if names else dump.returncode == 0 and all(w in text for w in want),
                 dump.stderr + text[:600])
 

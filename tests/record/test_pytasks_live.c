@@ -152,6 +152,19 @@ static int compare(const struct want *w, const struct pywalk_task *v, size_t n, 
                                  t->name, got->name->name, chain, parent, t->chain, t->parent);
                         return -1;
                 }
+                /* What it awaits: the task it awaits directly, or the future's type. */
+                uint64_t awaited = 0;
+                for (int j = 0; j < w->n; j++)
+                        if (w->t[j].parent == t->addr && strncmp(t->chain, "awaiter:", 8) == 0)
+                                awaited = w->t[j].addr;
+                bool gathers = strncmp(t->chain, "gathering:", 10) == 0;
+                if ((got->awaits ? v[got->awaits - 1].addr : 0) != awaited ||
+                    (gathers && strcmp(got->awaiting, "_GatheringFuture") != 0) ||
+                    (!gathers && !awaited && strcmp(got->awaiting, "_asyncio.Future") != 0)) {
+                        snprintf(diff, len, "task %s awaits task %d, a %s", t->name, got->awaits,
+                                 got->awaiting);
+                        return -1;
+                }
         }
         return 0;
 }
