@@ -151,8 +151,17 @@ static int copy_threads(struct merge *m)
                 int32_t pid = mapped_pid(m, t.pid);
                 if (pid <= 0)
                         return source_failed(m, TRACE_ERR_CORRUPT);
-                struct trace_thread_desc d = {pid, t.tid, t.python_thread_id, t.name};
-                if ((rc = trace_writer_add_thread(m->w, &d, &m->threads[t.ref])) < 0)
+                /* A task's stream follows its thread (a smaller ref): it is mapped already. */
+                uint32_t of;
+                uint64_t addr;
+                if (trace_reader_thread_task(m->src, i, &of, &addr) == 1) {
+                        struct trace_task_desc d = {m->threads[of], addr, t.name};
+                        rc = trace_writer_add_task(m->w, &d, &m->threads[t.ref]);
+                } else {
+                        struct trace_thread_desc d = {pid, t.tid, t.python_thread_id, t.name};
+                        rc = trace_writer_add_thread(m->w, &d, &m->threads[t.ref]);
+                }
+                if (rc < 0)
                         return rc;
         }
         return 0;
@@ -235,6 +244,11 @@ static int copy_samples_and_errors(struct merge *m)
 {
         struct sample_copy c = {m, 0};
         int rc = trace_reader_foreach_sample(m->src, NULL, copy_sample, &c);
+        if (rc == 0 && trace_reader_task_count(m->src)) {
+                trace_reader_set_view(m->src, TRACE_VIEW_TASKS);
+                rc = trace_reader_foreach_sample(m->src, NULL, copy_sample, &c);
+                trace_reader_set_view(m->src, TRACE_VIEW_THREADS);
+        }
         if (rc < 0)
                 return c.write_status < 0 ? c.write_status : source_failed(m, rc);
         int32_t pid;

@@ -60,6 +60,8 @@ struct rthread {
         char *name;
         int64_t first_ns, last_ns;
         uint64_t samples;
+        uint32_t task_of; /* an asyncio task's stream: the thread running its loop; 0: a thread */
+        uint64_t task_addr;
 };
 
 struct rprocess {
@@ -118,6 +120,8 @@ struct trace_reader {
 
         struct rthread *threads; /* refs 1..n_threads */
         uint32_t n_threads;
+        uint32_t n_tasks;     /* of them, asyncio tasks' streams */
+        enum trace_view view; /* which streams samples are visited of */
 
         struct rprocess *processes;
         uint32_t n_processes;
@@ -571,7 +575,7 @@ static int load_frames(struct trace_reader *r)
                     !col_int(st, 3, 1, ns, &file) ||
                     !col_int_or_null(st, 4, 0, INT32_MAX, -1, &line) ||
                     !col_int_or_null(st, 5, 0, INT32_MAX, -1, &first) ||
-                    !col_int(st, 6, TRACE_FRAME_PYTHON, TRACE_FRAME_SPECIAL, &kind)) {
+                    !col_int(st, 6, TRACE_FRAME_PYTHON, TRACE_FRAME_TASK, &kind)) {
                         sqlite3_finalize(st);
                         return corrupt(r, "frame %u has a bad string id, line or kind", i + 1);
                 }
@@ -708,10 +712,17 @@ static int load_threads(struct trace_reader *r)
         uint32_t n;
         sqlite3_stmt *st;
         int rc = count_rows(r, "threads", &n);
+        /* Version 1 has no task columns. */
+        sqlite3_stmt *probe;
+        bool tasks = sqlite3_prepare_v2(r->db, "SELECT task_of, task_addr FROM threads", -1, &probe,
+                                        NULL) == SQLITE_OK;
+        sqlite3_finalize(probe);
         if (rc < 0 ||
             (rc = prepare(r,
-                          "SELECT ref, pid, tid, python_thread_id, name, first_ns, last_ns, "
-                          "samples FROM threads ORDER BY ref",
+                          tasks ? "SELECT ref, pid, tid, python_thread_id, name, first_ns, "
+                                  "last_ns, samples, task_of, task_addr FROM threads ORDER BY ref"
+                                : "SELECT ref, pid, tid, python_thread_id, name, first_ns, "
+                                  "last_ns, samples, NULL, NULL FROM threads ORDER BY ref",
                           &st, "threads")) < 0)
                 return rc;
         r->threads = calloc((size_t)n + 1, sizeof(*r->threads));
@@ -721,7 +732,7 @@ static int load_threads(struct trace_reader *r)
         }
         uint32_t i = 0;
         while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-                int64_t ref, pid, tid, pytid, first, last, samples;
+                int64_t ref, pid, tid, pytid, first, last, samples, task_of, task_addr;
                 if (i >= n || !col_int(st, 0, i + 1, i + 1, &ref)) {
                         sqlite3_finalize(st);
                         return corrupt(r, "thread refs are not 1, 2, 3...");
@@ -731,14 +742,26 @@ static int load_threads(struct trace_reader *r)
                     !col_int_or_null(st, 3, INT64_MIN, INT64_MAX, 0, &pytid) ||
                     !col_int_or_null(st, 5, -CHUNK_TIME_LIMIT, CHUNK_TIME_LIMIT, -1, &first) ||
                     !col_int_or_null(st, 6, -CHUNK_TIME_LIMIT, CHUNK_TIME_LIMIT, -1, &last) ||
-                    !col_int(st, 7, 0, INT64_MAX, &samples)) {
+                    !col_int(st, 7, 0, INT64_MAX, &samples) ||
+                    !col_int_or_null(st, 8, 1, i, 0, &task_of) ||
+                    !col_int_or_null(st, 9, INT64_MIN, INT64_MAX, 0, &task_addr) ||
+                    (task_of && r->threads[task_of].task_of)) {
                         sqlite3_finalize(st);
-                        return corrupt(r, "thread %u has a bad pid, id, time or count", i + 1);
+                        return corrupt(r, "thread %u has a bad pid, id, time, count or task",
+                                       i + 1);
                 }
                 i++;
                 struct rthread *t = &r->threads[i];
-                *t = (struct rthread){(int32_t)pid, tid,  (uint64_t)pytid,  NULL,
-                                      first,        last, (uint64_t)samples};
+                *t = (struct rthread){(int32_t)pid,
+                                      tid,
+                                      (uint64_t)pytid,
+                                      NULL,
+                                      first,
+                                      last,
+                                      (uint64_t)samples,
+                                      (uint32_t)task_of,
+                                      (uint64_t)task_addr};
+                r->n_tasks += task_of != 0;
                 r->n_threads = i; /* so that close frees the names so far */
                 if (!col_strdup(st, 4, &t->name)) {
                         sqlite3_finalize(st);
@@ -917,8 +940,8 @@ static int load_chunk_totals(struct trace_reader *r)
 {
         sqlite3_stmt *st;
         /* Sum in C: a damaged count must not make SQLite's sum() overflow. */
-        int rc =
-            prepare(r, "SELECT id, count FROM sample_chunks ORDER BY id", &st, "sample chunks");
+        int rc = prepare(r, "SELECT id, count, thread FROM sample_chunks ORDER BY id", &st,
+                         "sample chunks");
         if (rc < 0)
                 return rc;
         uint64_t total = 0;
@@ -929,7 +952,10 @@ static int load_chunk_totals(struct trace_reader *r)
                         sqlite3_finalize(st);
                         return corrupt(r, "sample chunk with a bad id or count");
                 }
-                total += (uint64_t)count;
+                /* Samples of threads: tasks' streams count apart (meta task_samples). */
+                int64_t thread = sqlite3_column_int64(st, 2);
+                if (thread < 1 || thread > r->n_threads || !r->threads[thread].task_of)
+                        total += (uint64_t)count;
                 max_id = id;
         }
         if ((rc = end_rows(r, st, rc, "reading sample chunks")) < 0)
@@ -1329,6 +1355,32 @@ TRACE_API int trace_reader_thread_at(const struct trace_reader *r, uint32_t i,
         return 0;
 }
 
+TRACE_API void trace_reader_set_view(struct trace_reader *r, enum trace_view view)
+{
+        if (r)
+                r->view = view == TRACE_VIEW_TASKS ? TRACE_VIEW_TASKS : TRACE_VIEW_THREADS;
+}
+
+TRACE_API int trace_reader_thread_task(const struct trace_reader *r, uint32_t i,
+                                       uint32_t *thread_ref, uint64_t *task_addr)
+{
+        if (!r || i >= r->n_threads)
+                return TRACE_ERR_ARG;
+        const struct rthread *t = &r->threads[i + 1];
+        if (!t->task_of)
+                return 0;
+        if (thread_ref)
+                *thread_ref = t->task_of;
+        if (task_addr)
+                *task_addr = t->task_addr;
+        return 1;
+}
+
+TRACE_API uint32_t trace_reader_task_count(const struct trace_reader *r)
+{
+        return r ? r->n_tasks : 0;
+}
+
 TRACE_API uint32_t trace_reader_process_count(const struct trace_reader *r)
 {
         return r ? r->n_processes : 0;
@@ -1544,6 +1596,7 @@ static int thread_mask(struct trace_reader *r, const struct trace_filter *f, boo
                         for (size_t i = 0; i < f->n_pids; i++)
                                 keep |= f->pids[i] == r->threads[ref].pid;
                 }
+                keep &= (r->view == TRACE_VIEW_TASKS) == (r->threads[ref].task_of != 0);
                 if (keep && f && f->n_threads) {
                         keep = false;
                         for (size_t i = 0; i < f->n_threads; i++)

@@ -60,13 +60,14 @@ enum trace_frame_kind {
         TRACE_FRAME_PYTHON = 0,  /* a Python function frame */
         TRACE_FRAME_NATIVE = 1,  /* a native (C) frame, for future native unwinding */
         TRACE_FRAME_SPECIAL = 2, /* a pseudo frame made by pyflame, e.g. "<unknown>" */
+        TRACE_FRAME_TASK = 3,    /* an asyncio task: function is its name, file "<task>" */
 };
 
 /* The id of the empty stack (a thread with no Python frame). */
 #define TRACE_STACK_EMPTY 0u
 
 /* Current format version written by this library (PRAGMA user_version). */
-#define TRACE_FORMAT_VERSION 1
+#define TRACE_FORMAT_VERSION 2
 
 /*
  * Well-known meta keys (schema/trace.sql describes each). The writer sets
@@ -92,6 +93,8 @@ enum trace_frame_kind {
 #define TRACE_META_SOURCE_FILES   "source_files"   /* sources stored */
 #define TRACE_META_SOURCE_BYTES   "source_bytes"   /* their text, bytes */
 #define TRACE_META_SOURCE_SKIPPED "source_skipped" /* files of frames not stored */
+#define TRACE_META_ASYNC          "async"          /* 1: recorded with asyncio tasks */
+#define TRACE_META_TASK_SAMPLES   "task_samples"   /* samples of tasks' streams */
 
 /* ------------------------------------------------------------------ */
 /* Writer                                                              */
@@ -178,6 +181,23 @@ struct trace_thread_desc {
  */
 TRACE_API int trace_writer_add_thread(struct trace_writer *w, const struct trace_thread_desc *t,
                                       uint32_t *thread_ref);
+
+/*
+ * An asyncio task, run by the event loop of thread `thread_ref`: its samples
+ * make a stream of their own, added with trace_writer_add_sample() under the
+ * returned reference like a thread's (schema/trace.sql: threads.task_of).
+ * Each sample of a task counts it once, in its stack of awaits (joined under
+ * the tasks that await it). Calling again with the same thread and address
+ * returns the same reference. Task samples are not counted in meta samples
+ * nor in stack_counts; meta task_samples counts them.
+ */
+struct trace_task_desc {
+        uint32_t thread_ref; /* the thread running its loop (a thread's ref, not a task's) */
+        uint64_t task_addr;  /* the Task object's address in the target */
+        const char *name;    /* the task's name, or NULL */
+};
+TRACE_API int trace_writer_add_task(struct trace_writer *w, const struct trace_task_desc *t,
+                                    uint32_t *task_ref);
 
 /* Set or change a thread's name (e.g. once threading has named it). */
 TRACE_API int trace_writer_set_thread_name(struct trace_writer *w, uint32_t thread_ref,
@@ -456,6 +476,30 @@ TRACE_API int trace_reader_foreach_sample(struct trace_reader *r, const struct t
  */
 TRACE_API int trace_reader_count_by_stack(struct trace_reader *r, const struct trace_filter *filter,
                                           uint64_t **counts, uint64_t *total);
+
+/*
+ * asyncio tasks. The streams of a trace are its threads and, when it was
+ * recorded with pyflame-record --async, one per asyncio task (listed among
+ * the threads by trace_reader_thread_at(), with refs and names as threads
+ * have). The view says which streams foreach_sample and count_by_stack
+ * visit: TRACE_VIEW_THREADS (the default) the threads, TRACE_VIEW_TASKS the
+ * tasks, each task sample counting the task once in its stack of awaits.
+ */
+enum trace_view {
+        TRACE_VIEW_THREADS = 0,
+        TRACE_VIEW_TASKS = 1,
+};
+TRACE_API void trace_reader_set_view(struct trace_reader *r, enum trace_view view);
+/*
+ * Whether the i-th stream (as trace_reader_thread_at) is an asyncio task's:
+ * 1 with *thread_ref the ref of the thread running its loop and *task_addr
+ * the Task's address (either pointer may be NULL), 0 for a thread, or
+ * TRACE_ERR_ARG.
+ */
+TRACE_API int trace_reader_thread_task(const struct trace_reader *r, uint32_t i,
+                                       uint32_t *thread_ref, uint64_t *task_addr);
+/* Number of task streams in the trace (0: not recorded with --async). */
+TRACE_API uint32_t trace_reader_task_count(const struct trace_reader *r);
 
 #ifdef __cplusplus
 }

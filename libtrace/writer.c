@@ -77,7 +77,9 @@ struct wthread {
         int64_t tid;
         uint64_t python_thread_id;
         char *name;
-        bool dirty; /* its row must be (re)written */
+        uint32_t task_of;   /* an asyncio task's stream: the thread running its loop; 0: a thread */
+        uint64_t task_addr; /* the Task object, for a task's stream */
+        bool dirty;         /* its row must be (re)written */
         /* The chunk being filled. */
         struct pf_buf buf;
         struct chunk_encoder enc;
@@ -177,7 +179,8 @@ static const char *const statement_sql[ST_COUNT] = {
                    "python_build, exit_status, end_ns, recording, source_pid) "
                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     [ST_THREAD] = "INSERT OR REPLACE INTO threads(ref, pid, tid, python_thread_id, name, "
-                  "first_ns, last_ns, samples) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                  "first_ns, last_ns, samples, task_of, task_addr) "
+                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     [ST_CHUNK] = "INSERT INTO sample_chunks(thread, first_ns, last_ns, count, data) "
                  "VALUES (?1, ?2, ?3, ?4, ?5)",
     [ST_SCOUNT] = "INSERT OR REPLACE INTO stack_counts(stack, state, samples) "
@@ -250,6 +253,7 @@ struct trace_writer {
         struct idmap source_index;
 
         uint64_t samples_total;
+        uint64_t task_samples_total; /* samples of asyncio tasks' streams */
 
         /* Automatic flushing. */
         int64_t flush_interval_ns;
@@ -498,7 +502,7 @@ TRACE_API int trace_writer_intern_frame(struct trace_writer *w, const struct tra
         if (!f || !frame_id || !f->function || !f->file)
                 return fail(w, TRACE_ERR_ARG, "a frame needs a function and a file name");
         if (f->kind != TRACE_FRAME_PYTHON && f->kind != TRACE_FRAME_NATIVE &&
-            f->kind != TRACE_FRAME_SPECIAL)
+            f->kind != TRACE_FRAME_SPECIAL && f->kind != TRACE_FRAME_TASK)
                 return fail(w, TRACE_ERR_ARG, "unknown frame kind %d", (int)f->kind);
         struct frame_key k = {w,
                               {0, 0, 0, f->line < 0 ? -1 : f->line,
@@ -694,13 +698,57 @@ struct thread_key {
         int32_t pid;
         int64_t tid;
         uint64_t python_thread_id;
+        uint32_t task_of;
+        uint64_t task_addr;
 };
 
 static bool thread_eq(const void *key, uint32_t ref)
 {
         const struct thread_key *k = key;
         const struct wthread *t = &k->w->threads[ref];
-        return t->pid == k->pid && t->tid == k->tid && t->python_thread_id == k->python_thread_id;
+        return t->pid == k->pid && t->tid == k->tid && t->python_thread_id == k->python_thread_id &&
+               t->task_of == k->task_of && t->task_addr == k->task_addr;
+}
+
+/* The stream of thread `k` (a task's when k->task_of): found, or made with `name`. */
+static int stream_add(struct trace_writer *w, const struct thread_key *k, const char *name_in,
+                      uint32_t *thread_ref)
+{
+        uint64_t h =
+            pf_hash_u64(pf_hash_u64(pf_hash_u64(0x746872ULL, (uint32_t)k->pid), (uint64_t)k->tid),
+                        k->python_thread_id);
+        if (k->task_of)
+                h = pf_hash_u64(pf_hash_u64(h, k->task_of), k->task_addr);
+        uint32_t found = idmap_find(&w->thread_index, h, thread_eq, k);
+        if (found) {
+                *thread_ref = found;
+                return 0;
+        }
+        uint32_t ref = w->n_threads + 1;
+        if (ref > MAX_THREADS)
+                return fail(w, TRACE_ERR_ARG, "too many threads");
+        char *name = dup_or_null(name_in);
+        if (name_in && !name)
+                return fail_nomem(w);
+        if (grow_table((void **)&w->threads, &w->cap_threads, sizeof(*w->threads),
+                       (size_t)ref + 1) < 0 ||
+            idmap_insert(&w->thread_index, h, ref) < 0) {
+                free(name);
+                return fail_nomem(w);
+        }
+        struct wthread *th = &w->threads[ref];
+        memset(th, 0, sizeof(*th));
+        th->pid = k->pid;
+        th->tid = k->tid;
+        th->python_thread_id = k->python_thread_id;
+        th->task_of = k->task_of;
+        th->task_addr = k->task_addr;
+        th->name = name;
+        th->first_ns = th->last_ns = -1;
+        th->dirty = true;
+        w->n_threads = ref;
+        *thread_ref = ref;
+        return 0;
 }
 
 TRACE_API int trace_writer_add_thread(struct trace_writer *w, const struct trace_thread_desc *t,
@@ -715,38 +763,24 @@ TRACE_API int trace_writer_add_thread(struct trace_writer *w, const struct trace
                 return fail(w, TRACE_ERR_ARG,
                             "thread of pid %d: add the process first (trace_writer_add_process)",
                             (int)t->pid);
-        struct thread_key k = {w, t->pid, t->tid < 0 ? -1 : t->tid, t->python_thread_id};
-        uint64_t h =
-            pf_hash_u64(pf_hash_u64(pf_hash_u64(0x746872ULL, (uint32_t)k.pid), (uint64_t)k.tid),
-                        k.python_thread_id);
-        uint32_t found = idmap_find(&w->thread_index, h, thread_eq, &k);
-        if (found) {
-                *thread_ref = found;
-                return 0;
-        }
-        uint32_t ref = w->n_threads + 1;
-        if (ref > MAX_THREADS)
-                return fail(w, TRACE_ERR_ARG, "too many threads");
-        char *name = dup_or_null(t->name);
-        if (t->name && !name)
-                return fail_nomem(w);
-        if (grow_table((void **)&w->threads, &w->cap_threads, sizeof(*w->threads),
-                       (size_t)ref + 1) < 0 ||
-            idmap_insert(&w->thread_index, h, ref) < 0) {
-                free(name);
-                return fail_nomem(w);
-        }
-        struct wthread *th = &w->threads[ref];
-        memset(th, 0, sizeof(*th));
-        th->pid = k.pid;
-        th->tid = k.tid;
-        th->python_thread_id = k.python_thread_id;
-        th->name = name;
-        th->first_ns = th->last_ns = -1;
-        th->dirty = true;
-        w->n_threads = ref;
-        *thread_ref = ref;
-        return 0;
+        struct thread_key k = {w, t->pid, t->tid < 0 ? -1 : t->tid, t->python_thread_id, 0, 0};
+        return stream_add(w, &k, t->name, thread_ref);
+}
+
+TRACE_API int trace_writer_add_task(struct trace_writer *w, const struct trace_task_desc *t,
+                                    uint32_t *task_ref)
+{
+        int rc = check_open(w);
+        if (rc < 0)
+                return rc;
+        if (!t || !task_ref)
+                return fail(w, TRACE_ERR_ARG, "NULL task description or task_ref");
+        if (t->thread_ref == 0 || t->thread_ref > w->n_threads || w->threads[t->thread_ref].task_of)
+                return fail(w, TRACE_ERR_ARG, "task of unknown thread ref %u", t->thread_ref);
+        const struct wthread *th = &w->threads[t->thread_ref];
+        struct thread_key k = {w,           th->pid, th->tid, th->python_thread_id, t->thread_ref,
+                               t->task_addr};
+        return stream_add(w, &k, t->name, task_ref);
 }
 
 TRACE_API int trace_writer_set_thread_name(struct trace_writer *w, uint32_t thread_ref,
@@ -933,14 +967,20 @@ TRACE_API int trace_writer_add_sample(struct trace_writer *w, uint32_t thread_re
             pf_buf_reserve(&th->buf, CHUNK_RECORD_MAX) < 0)
                 return fail_nomem(w);
         chunk_encode(&th->enc, &th->buf, rel, stack_id, state);
-        w->stack_counts[stack_id].n[state]++;
-        w->stack_dirty[stack_id / 64] |= (uint64_t)1 << (stack_id % 64);
+        if (th->task_of) {
+                /* Task samples stay out of stack_counts and meta samples (schema/trace.sql). */
+                w->task_samples_total++;
+        } else {
+                w->stack_counts[stack_id].n[state]++;
+                w->stack_dirty[stack_id / 64] |= (uint64_t)1 << (stack_id % 64);
+        }
         if (!th->samples)
                 th->first_ns = rel;
         th->last_ns = rel;
         th->samples++;
         th->dirty = true;
-        w->samples_total++;
+        if (!th->task_of)
+                w->samples_total++;
 
         int rc = 0;
         maybe_flush_soon(w, t_ns, &rc);
@@ -1099,6 +1139,8 @@ static int write_pending(struct trace_writer *w)
                 bind_int_or_null(st, 6, t->first_ns, t->samples > 0);
                 bind_int_or_null(st, 7, t->last_ns, t->samples > 0);
                 sqlite3_bind_int64(st, 8, (int64_t)t->samples);
+                bind_int_or_null(st, 9, t->task_of, t->task_of != 0);
+                bind_int_or_null(st, 10, (int64_t)t->task_addr, t->task_of != 0);
                 rc = run(st);
         }
         for (size_t i = 0; rc == SQLITE_OK && i < w->n_sealed; i++)
@@ -1191,6 +1233,9 @@ TRACE_API int trace_writer_flush(struct trace_writer *w)
         w->last_flush_mono_ns = pf_now_mono_ns();
         if ((rc = set_meta(w, TRACE_META_SAMPLES, NULL, (int64_t)w->samples_total)) < 0 ||
             (rc = set_meta(w, TRACE_META_ERRORS, NULL, (int64_t)w->errors_total)) < 0)
+                return rc;
+        if (w->task_samples_total &&
+            (rc = set_meta(w, TRACE_META_TASK_SAMPLES, NULL, (int64_t)w->task_samples_total)) < 0)
                 return rc;
         int src = sqlite3_exec(w->db, "BEGIN", NULL, NULL, NULL);
         if (src != SQLITE_OK)

@@ -136,6 +136,25 @@ static const struct offset_field {
     {OFF(pre_values), false},
     {OFF(int_value), true},
     {OFF(int_digits), true},
+    {OFF(tp_name), true},
+    {OFF(tp_base), true},
+    {OFF(set_mask), true},
+    {OFF(set_table), true},
+    {OFF(wr_object), true},
+    {OFF(meth_self), true},
+    {OFF(list_items), true},
+    {OFF(fut_loop), true},
+    {OFF(fut_callback0), true},
+    {OFF(fut_state), true},
+    {OFF(task_fut_waiter), true},
+    {OFF(task_coro), true},
+    {OFF(task_name), true},
+    {OFF(task_size), true},
+    {OFF(gen_frame), true},
+    {OFF(gen_iframe), true},
+    {OFF(gen_frame_state), true},
+    {OFF(fr_stacktop), true},
+    {OFF(fr_valuestack), true},
 };
 
 #define UNSET_OFFSETS                                                                              \
@@ -153,7 +172,19 @@ static const struct offset_field {
         .ht_cached_keys = U, .dict_keys = U, .dict_values = U, .dict_mask = U, .dk_size = U,       \
         .dk_log2_index_bytes = U, .dk_kind = U, .dk_nentries = U, .dk_indices = U,                 \
         .values_values = U, .values_valid = U, .pre_dict = U, .pre_values = U, .int_value = U,     \
-        .int_digits = U
+        .int_digits = U, .tp_name = U, .tp_base = U, .set_mask = U, .set_table = U,                \
+        .wr_object = U, .meth_self = U, .list_items = U, .fut_loop = U, .fut_callback0 = U,        \
+        .fut_state = U, .task_fut_waiter = U, .task_coro = U, .task_name = U, .task_size = U,      \
+        .gen_frame = U, .gen_iframe = U, .gen_frame_state = U, .fr_stacktop = U,                   \
+        .fr_valuestack = U
+
+/* The asyncio cells of a build whose tasks pyflame cannot read (--async is refused). */
+#define NO_TASKS                                                                                   \
+        .tasks = 0, .await = 0, .gen_created = 0, .tp_name = X, .tp_base = X, .set_mask = X,       \
+        .set_table = X, .wr_object = X, .meth_self = X, .list_items = X, .fut_loop = X,            \
+        .fut_callback0 = X, .fut_state = X, .task_fut_waiter = X, .task_coro = X, .task_name = X,  \
+        .task_size = X, .gen_frame = X, .gen_iframe = X, .gen_frame_state = X, .fr_stacktop = X,   \
+        .fr_valuestack = X
 
 /* Each block sets the offsets UNSET_OFFSETS left unset: overriding is the point. */
 #pragma GCC diagnostic push
@@ -194,6 +225,7 @@ static const struct pylayout builds[] = {
         .dk_log2_index_bytes = X, .dk_kind = X, .dk_nentries = X, .dk_indices = X,
         .values_values = X, .values_valid = X, .pre_dict = X, .pre_values = X, .int_value = 16,
         .int_digits = 24,
+        NO_TASKS,
     },
     {UNSET_OFFSETS, .name = "3.6", .major = 3, .minor = 6, .free_threaded = false,
         /* kinds */
@@ -229,6 +261,7 @@ static const struct pylayout builds[] = {
         .dk_log2_index_bytes = X, .dk_kind = X, .dk_nentries = 32, .dk_indices = 40,
         .values_values = 0, .values_valid = X, .pre_dict = X, .pre_values = X, .int_value = X,
         .int_digits = 24,
+        NO_TASKS,
     },
     {UNSET_OFFSETS, .name = "3.7", .major = 3, .minor = 7, .free_threaded = false,
         /* kinds */
@@ -264,6 +297,13 @@ static const struct pylayout builds[] = {
         .dk_log2_index_bytes = X, .dk_kind = X, .dk_nentries = 32, .dk_indices = 40,
         .values_values = 0, .values_valid = X, .pre_dict = X, .pre_values = X, .int_value = X,
         .int_digits = 24,
+        /* asyncio tasks (found in the live 3.7, see pylayout.h) */
+        .tasks = PYL_TASKS_ALL, .await = PYL_AWAIT_STACKTOP, .gen_created = 0,
+        .tp_name = 24, .tp_base = 256, .set_mask = 32, .set_table = 40, .wr_object = 16,
+        .meth_self = 24, .list_items = 24, .fut_loop = 16, .fut_callback0 = 24,
+        .fut_state = 72, .task_fut_waiter = 104, .task_coro = 112, .task_name = X,
+        .task_size = 136, .gen_frame = 16, .gen_iframe = X, .gen_frame_state = X,
+        .fr_stacktop = 72, .fr_valuestack = 64,
     },
     {UNSET_OFFSETS, .name = "3.8", .major = 3, .minor = 8, .free_threaded = false,
         /* kinds */
@@ -299,6 +339,13 @@ static const struct pylayout builds[] = {
         .dk_log2_index_bytes = X, .dk_kind = X, .dk_nentries = 32, .dk_indices = 40,
         .values_values = 0, .values_valid = X, .pre_dict = X, .pre_values = X, .int_value = X,
         .int_digits = 24,
+        /* asyncio tasks (found in the live 3.8, see pylayout.h) */
+        .tasks = PYL_TASKS_ALL, .await = PYL_AWAIT_STACKTOP, .gen_created = 0,
+        .tp_name = 24, .tp_base = 256, .set_mask = 32, .set_table = 40, .wr_object = 16,
+        .meth_self = 24, .list_items = 24, .fut_loop = 16, .fut_callback0 = 24,
+        .fut_state = 72, .task_fut_waiter = 104, .task_coro = 112, .task_name = 120,
+        .task_size = 144, .gen_frame = 16, .gen_iframe = X, .gen_frame_state = X,
+        .fr_stacktop = 72, .fr_valuestack = 64,
     },
     {UNSET_OFFSETS, .name = "3.9", .major = 3, .minor = 9, .free_threaded = false,
         /* kinds */
@@ -334,6 +381,13 @@ static const struct pylayout builds[] = {
         .dk_log2_index_bytes = X, .dk_kind = X, .dk_nentries = 32, .dk_indices = 40,
         .values_values = 0, .values_valid = X, .pre_dict = X, .pre_values = X, .int_value = X,
         .int_digits = 24,
+        /* asyncio tasks (found in the live 3.9, see pylayout.h) */
+        .tasks = PYL_TASKS_ALL, .await = PYL_AWAIT_STACKTOP, .gen_created = 0,
+        .tp_name = 24, .tp_base = 256, .set_mask = 32, .set_table = 40, .wr_object = 16,
+        .meth_self = 24, .list_items = 24, .fut_loop = 16, .fut_callback0 = 24,
+        .fut_state = 80, .task_fut_waiter = 144, .task_coro = 152, .task_name = 160,
+        .task_size = 184, .gen_frame = 16, .gen_iframe = X, .gen_frame_state = X,
+        .fr_stacktop = 72, .fr_valuestack = 64,
     },
     {UNSET_OFFSETS, .name = "3.10", .major = 3, .minor = 10, .free_threaded = false,
         /* kinds */
@@ -369,6 +423,13 @@ static const struct pylayout builds[] = {
         .dk_log2_index_bytes = X, .dk_kind = X, .dk_nentries = 32, .dk_indices = 40,
         .values_values = 0, .values_valid = X, .pre_dict = X, .pre_values = X, .int_value = X,
         .int_digits = 24,
+        /* asyncio tasks (found in the live 3.10, see pylayout.h) */
+        .tasks = PYL_TASKS_ALL, .await = PYL_AWAIT_DEPTH, .gen_created = 0,
+        .tp_name = 24, .tp_base = 256, .set_mask = 32, .set_table = 40, .wr_object = 16,
+        .meth_self = 24, .list_items = 24, .fut_loop = 16, .fut_callback0 = 24,
+        .fut_state = 88, .task_fut_waiter = 152, .task_coro = 160, .task_name = 168,
+        .task_size = 192, .gen_frame = 16, .gen_iframe = X, .gen_frame_state = X,
+        .fr_stacktop = 80, .fr_valuestack = 64,
     },
     {UNSET_OFFSETS, .name = "3.11", .major = 3, .minor = 11, .free_threaded = false,
         /* kinds */
@@ -404,6 +465,13 @@ static const struct pylayout builds[] = {
         .dk_log2_index_bytes = 9, .dk_kind = 10, .dk_nentries = 24, .dk_indices = 32,
         .values_values = 0, .values_valid = X, .pre_dict = 24, .pre_values = 32, .int_value = X,
         .int_digits = 24,
+        /* asyncio tasks (found in the live 3.11, see pylayout.h) */
+        .tasks = PYL_TASKS_ALL, .await = PYL_AWAIT_LOCALSPLUS, .gen_created = -2,
+        .tp_name = 24, .tp_base = 256, .set_mask = 32, .set_table = 40, .wr_object = 16,
+        .meth_self = 24, .list_items = 24, .fut_loop = 16, .fut_callback0 = 24,
+        .fut_state = 88, .task_fut_waiter = 128, .task_coro = 136, .task_name = 144,
+        .task_size = 176, .gen_frame = X, .gen_iframe = 80, .gen_frame_state = 75,
+        .fr_stacktop = 64, .fr_valuestack = 72,
     },
     {UNSET_OFFSETS, .name = "3.12", .major = 3, .minor = 12, .free_threaded = false,
         /* kinds */
@@ -439,6 +507,13 @@ static const struct pylayout builds[] = {
         .dk_log2_index_bytes = 9, .dk_kind = 10, .dk_nentries = 24, .dk_indices = 32,
         .values_values = 0, .values_valid = X, .pre_dict = 24, .pre_values = X, .int_value = 16,
         .int_digits = 24,
+        /* asyncio tasks (found in the live 3.12, see pylayout.h) */
+        .tasks = PYL_TASKS_SCHEDULED, .await = PYL_AWAIT_LOCALSPLUS, .gen_created = -2,
+        .tp_name = 24, .tp_base = 256, .set_mask = 32, .set_table = 40, .wr_object = 16,
+        .meth_self = 24, .list_items = 24, .fut_loop = 16, .fut_callback0 = 24,
+        .fut_state = 88, .task_fut_waiter = 128, .task_coro = 136, .task_name = 144,
+        .task_size = 176, .gen_frame = X, .gen_iframe = 72, .gen_frame_state = 67,
+        .fr_stacktop = 64, .fr_valuestack = 72,
     },
     {UNSET_OFFSETS, .name = "3.13", .major = 3, .minor = 13, .free_threaded = false,
         /* kinds */
@@ -473,6 +548,13 @@ static const struct pylayout builds[] = {
         .dk_log2_index_bytes = 9, .dk_kind = 10, .dk_nentries = 24, .dk_indices = 32,
         .values_values = 8, .values_valid = 3, .pre_dict = 24, .pre_values = X, .int_value = D,
         .int_digits = D,
+        /* asyncio tasks (found in the live 3.13, see pylayout.h) */
+        .tasks = PYL_TASKS_SCHEDULED, .await = PYL_AWAIT_LOCALSPLUS, .gen_created = -3,
+        .tp_name = 24, .tp_base = 256, .set_mask = 32, .set_table = 40, .wr_object = 16,
+        .meth_self = 24, .list_items = 24, .fut_loop = 16, .fut_callback0 = 24,
+        .fut_state = 96, .task_fut_waiter = 112, .task_coro = 120, .task_name = 128,
+        .task_size = 144, .gen_frame = X, .gen_iframe = 72, .gen_frame_state = 67,
+        .fr_stacktop = 64, .fr_valuestack = 72,
     },
     {UNSET_OFFSETS, .name = "3.13t", .major = 3, .minor = 13, .free_threaded = true,
         /* kinds */
@@ -507,6 +589,7 @@ static const struct pylayout builds[] = {
         .dk_log2_index_bytes = 9, .dk_kind = 10, .dk_nentries = 24, .dk_indices = 32,
         .values_values = 8, .values_valid = 3, .pre_dict = 8, .pre_values = X, .int_value = D,
         .int_digits = D,
+        NO_TASKS,
     },
     {UNSET_OFFSETS, .name = "3.14", .major = 3, .minor = 14, .free_threaded = false,
         /* kinds */
@@ -541,6 +624,7 @@ static const struct pylayout builds[] = {
         .dk_log2_index_bytes = 9, .dk_kind = 10, .dk_nentries = 24, .dk_indices = 32,
         .values_values = 8, .values_valid = 3, .pre_dict = 24, .pre_values = X, .int_value = D,
         .int_digits = D,
+        NO_TASKS,
     },
     {UNSET_OFFSETS, .name = "3.14t", .major = 3, .minor = 14, .free_threaded = true,
         /* kinds */
@@ -575,6 +659,7 @@ static const struct pylayout builds[] = {
         .dk_log2_index_bytes = 9, .dk_kind = 10, .dk_nentries = 24, .dk_indices = 32,
         .values_values = 8, .values_valid = 3, .pre_dict = 8, .pre_values = X, .int_value = D,
         .int_digits = D,
+        NO_TASKS,
     },
     {UNSET_OFFSETS, .name = "3.15", .major = 3, .minor = 15, .free_threaded = false,
         /* kinds */
@@ -609,6 +694,7 @@ static const struct pylayout builds[] = {
         .dk_log2_index_bytes = 9, .dk_kind = 10, .dk_nentries = 24, .dk_indices = 32,
         .values_values = 8, .values_valid = 3, .pre_dict = 24, .pre_values = X, .int_value = 16,
         .int_digits = 24,
+        NO_TASKS,
     },
     {UNSET_OFFSETS, .name = "3.15t", .major = 3, .minor = 15, .free_threaded = true,
         /* kinds */
@@ -643,6 +729,7 @@ static const struct pylayout builds[] = {
         .dk_log2_index_bytes = 9, .dk_kind = 10, .dk_nentries = 24, .dk_indices = 32,
         .values_values = 8, .values_valid = 3, .pre_dict = 8, .pre_values = X, .int_value = 32,
         .int_digits = 40,
+        NO_TASKS,
     },
 };
 // clang-format on

@@ -76,6 +76,19 @@ enum pyl_ints {
         PYL_INT_TAG,     /* lv_tag at int_value: digits << 3 | sign (3.12+) */
 };
 
+/* Where a version keeps its registry of asyncio tasks (0: none we can read, --async refused). */
+enum pyl_tasks {
+        PYL_TASKS_ALL = 1,   /* 3.7-3.11: asyncio.tasks._all_tasks, a WeakSet of every task */
+        PYL_TASKS_SCHEDULED, /* 3.12+: WeakSet _scheduled_tasks and set _eager_tasks */
+};
+
+/* Where a suspended coroutine keeps what it awaits (the top of its frame's value stack). */
+enum pyl_await {
+        PYL_AWAIT_STACKTOP = 1, /* 3.7-3.9: PyObject **f_stacktop; the object at f_stacktop[-1] */
+        PYL_AWAIT_DEPTH,        /* 3.10: int f_stackdepth, PyObject **f_valuestack */
+        PYL_AWAIT_LOCALSPLUS,   /* 3.11+: int stacktop, an index into the embedded localsplus */
+};
+
 #define PYL_OWNER_NONE 127 /* owner_skip_from when no owner value marks entry frames */
 
 #define PYL_FRSTATE_NONE      0 /* no such field */
@@ -160,6 +173,26 @@ struct pylayout {
         /* bytes before an object: its managed dict pointer, 3.11's values pointer */
         int32_t pre_dict, pre_values;
         int32_t int_value, int_digits; /* 2.x ob_ival / 3.12+ lv_tag; the digits */
+
+        /*
+         * asyncio tasks (pyflame-record --async). The C layouts of _asyncio are
+         * in no installed header: these numbers were found in live
+         * interpreters (the objects of a known task) and are checked by
+         * tests/e2e/test_async.py. tasks == 0: no readable registry.
+         */
+        uint8_t tasks;      /* enum pyl_tasks, or 0 */
+        uint8_t await;      /* enum pyl_await */
+        int8_t gen_created; /* 3.11+ gi_frame_state of a coroutine not started */
+        int32_t tp_name, tp_base;
+        int32_t set_mask, set_table;                /* PySetObject; setentry is {key, hash} */
+        int32_t wr_object, meth_self, list_items;   /* weakref, bound method, list */
+        int32_t fut_loop, fut_callback0, fut_state; /* FutureObj (fut_state: int, 0 pending) */
+        int32_t task_fut_waiter, task_coro, task_name, task_size; /* TaskObj */
+        int32_t gen_frame;       /* <=3.10: PyFrameObject *gi_frame */
+        int32_t gen_iframe;      /* 3.11+: the embedded _PyInterpreterFrame */
+        int32_t gen_frame_state; /* 3.11+: int8 gi_frame_state (0 executing, < 0 suspended) */
+        int32_t fr_stacktop;     /* see enum pyl_await */
+        int32_t fr_valuestack;   /* 3.10 f_valuestack; 3.11+ localsplus in the frame */
 };
 
 /*

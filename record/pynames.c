@@ -548,3 +548,48 @@ int pywalk_thread_names(struct pywalk *w, pywalk_name_fn fn, void *ctx)
         }
         return rc < 0 && fatal_read(rc) ? rc : count;
 }
+
+/* ---- objects by name, for the asyncio tasks walk ----------------------------- */
+
+int pywalk_module_global(struct pywalk *w, const char *module, const char *name, uint64_t *value)
+{
+        const struct pylayout *L = &w->L;
+        if (L->is_modules < 0 || L->dict_keys < 0 || L->md_dict < 0)
+                return NO_NAME;
+        uint64_t interp, modules, mod = 0, globals;
+        struct dict_view v;
+        int rc =
+            L->rt_interp_head >= 0
+                ? memsrc_read(w->m, w->t.runtime_addr + (uint64_t)L->rt_interp_head, &interp, 8)
+                : memsrc_read(w->m, w->t.interp_head_addr, &interp, 8);
+        rc = rc < 0 ? soft(rc) : 0;
+        if (rc == 0)
+                rc = read_word(w, interp + (uint64_t)L->is_modules, &modules);
+        if (rc == 0)
+                rc = dict_view(w, modules, &v);
+        if (rc == 0)
+                rc = dict_find(w, &v, module, &w->hints[HINT_MODULE], &mod);
+        if (rc == 0)
+                rc = read_word(w, mod + (uint64_t)L->md_dict, &globals);
+        if (rc == 0)
+                rc = dict_view(w, globals, &v);
+        if (rc == 0)
+                rc = dict_find(w, &v, name, &w->hints[HINT_GLOBAL], value);
+        return rc;
+}
+
+int pywalk_object_attr(struct pywalk *w, uint64_t obj, const char *attr, uint64_t *value)
+{
+        struct names_pass np = {.n_types = 0};
+        return instance_attr(w, &np, obj, attr, value);
+}
+
+int pywalk_str_read(struct pywalk *w, uint64_t addr, char **out)
+{
+        return read_str(w, addr, out);
+}
+
+int pywalk_int_read(struct pywalk *w, uint64_t addr, uint64_t *out)
+{
+        return read_ident(w, addr, out);
+}

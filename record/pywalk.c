@@ -954,6 +954,43 @@ static int walk_frames(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uin
         }
 }
 
+int pywalk_frame_decode(struct pywalk *w, const uint8_t *fr, struct pywalk_frame *out)
+{
+        const struct pylayout *L = &w->L;
+        uint64_t code = rd64(fr + L->fr_code) & L->fr_code_mask;
+        if (!code)
+                return 1;
+        struct frame_pos pos;
+        frame_pos_get(L, fr, &pos);
+        uint64_t misses = w->snap.misses; /* code objects: see walk_pass */
+        struct code_entry *e;
+        bool check;
+        int rc = code_get(w, code, &e, &check);
+        if (rc == NOT_CODE)
+                return L->executable_any ? 1 : PYWALK_TORN;
+        if (rc != 0)
+                return !fatal_read(rc) ? PYWALK_TORN : rc;
+        int64_t off;
+        /* As owned by a generator: a frame not started yet shows its first line. */
+        rc = frame_offset(w, &pos, code, &e, L->owner_generator, &off);
+        w->snap.misses = misses;
+        if (rc < 0)
+                return rc;
+        if (e->shim)
+                return 1;
+        out->code = &e->pub;
+        if (off < 0) {
+                out->line = e->pub.first_line;
+                return 0;
+        }
+        if (off != e->last_off) {
+                e->last_line = lt_map_lookup(&e->lines, off);
+                e->last_off = off;
+        }
+        out->line = e->last_line;
+        return 0;
+}
+
 /* ---- threads and interpreters ------------------------------------------------ */
 
 /* Bytes of a tstate to read: every field used, and the 3.15 base frame inside it. */
@@ -1225,6 +1262,8 @@ int pywalk_sample(struct pywalk *w, pywalk_thread_fn fn, void *ctx)
                         break;
         }
 done:
+        if (rc == 0 && w->tasks)
+                rc = pytasks_walk(w);
         snap_end(w);
         return rc;
 }
@@ -1387,6 +1426,7 @@ void pywalk_close(struct pywalk *w)
         free(w->hash);
         free(w->frames);
         free(w->pending);
+        pytasks_free(w->tasks);
         pysnap_free(&w->snap);
         free(w);
 }

@@ -33,6 +33,7 @@ struct pywalk_code {
         const char *qualname; /* co_qualname (3.11+), else NULL */
         const char *file;     /* co_filename, UTF-8 */
         int32_t first_line;   /* co_firstlineno */
+        bool task;            /* not code: an asyncio task, `name` its name (pywalk_tasks()) */
 };
 
 struct pywalk_frame {
@@ -143,6 +144,43 @@ typedef int (*pywalk_batch_fn)(void *ctx, const struct memsrc_iov *iov, size_t n
  * says which threads were read whole from a batch of fn.
  */
 void pywalk_set_batch_reader(struct pywalk *w, pywalk_batch_fn fn, void *ctx);
+
+/*
+ * asyncio tasks (pyflame-record --async). A live (pending) task of the
+ * target: its await chain as frames, and who awaits it. Valid until the
+ * next pywalk_sample().
+ */
+struct pywalk_task {
+        uint64_t addr;      /* the Task object */
+        uint64_t thread_id; /* threading.get_ident() of its loop's thread; 0 when not running */
+        /* 1 + index of the task awaiting it (await, gather, TaskGroup); 0 none */
+        uint32_t parent;
+        uint32_t awaits; /* 1 + index of the task it awaits directly; 0 none */
+        bool running;    /* its coroutine was executing: its frames are its thread's stack */
+        /* a pseudo code (task = true) naming the task */
+        const struct pywalk_code *name;
+        /* its coroutine's code (to find it in the thread's stack) */
+        const struct pywalk_code *root;
+        uint32_t depth; /* frames of the await chain, innermost first */
+        struct pywalk_frame *frames;
+        char awaiting[32]; /* the type of the future it awaits ("Future", "_GatheringFuture"...) */
+};
+
+#define PYWALK_MAX_TASKS (1u << 17) /* tasks reported by one sample at most */
+
+/*
+ * Read the asyncio tasks in every pywalk_sample() from now on, right after
+ * the threads (pytasks.c: batched reads, level by level).
+ * Returns 0, or PYFIND_UNSUPPORTED with a message when this version's task
+ * layout is unknown (the walker is unchanged then), -ENOMEM.
+ */
+int pywalk_set_tasks(struct pywalk *w, char *err, size_t errlen);
+
+/*
+ * The tasks the last pywalk_sample() found (none when asyncio is not
+ * imported or no loop has tasks). Owned by the walker.
+ */
+void pywalk_tasks(const struct pywalk *w, const struct pywalk_task **tasks, size_t *n);
 
 /* Code objects the walker holds decoded now (tests: the cache stays bounded). */
 size_t pywalk_code_entries(const struct pywalk *w);

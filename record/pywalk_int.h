@@ -92,7 +92,7 @@ struct type_flags {
 };
 
 /* Entry indices where the thread-name lookups found their keys last time. */
-enum { HINT_THREADING, HINT_ACTIVE, N_HINTS };
+enum { HINT_THREADING, HINT_ACTIVE, HINT_MODULE, HINT_GLOBAL, N_HINTS };
 #define NAME_TYPES 8 /* classes of threads whose name's index is remembered */
 
 struct pywalk {
@@ -128,6 +128,8 @@ struct pywalk {
         uint64_t tid_candidates[TID_CANDIDATES];
         size_t n_tid_candidates;
 
+        struct pytasks *tasks; /* pywalk_set_tasks(): the asyncio tasks walk, NULL when off */
+
         uint32_t hints[N_HINTS];
         uint64_t name_hint_type[NAME_TYPES]; /* a class of threads... */
         uint32_t name_hint[NAME_TYPES];      /* ...and where its instances keep their name */
@@ -149,5 +151,31 @@ int pywalk_read_object(struct pywalk *w, uint64_t addr, bool want_str, const uin
 /* Bytes of an object's header to read first: all of it, or what names a str's length. */
 size_t pywalk_object_head_len(const struct pylayout *L);
 size_t pywalk_object_short_len(const struct pylayout *L);
+
+/*
+ * Objects reached by name, for the asyncio tasks walk (pytasks.c); read like
+ * the thread names (pynames.c): straight from the target, not through the
+ * sample's snapshot. Each returns 0 with the value, 1 when it is not there or
+ * does not read, or a negative errno when the process is gone or unreadable.
+ */
+/* `name` in the globals of module `module` of the main interpreter. */
+int pywalk_module_global(struct pywalk *w, const char *module, const char *name, uint64_t *value);
+/* Attribute `attr` of the instance at obj, from its __dict__ or its values. */
+int pywalk_object_attr(struct pywalk *w, uint64_t obj, const char *attr, uint64_t *value);
+/* The str at addr as NUL-terminated UTF-8 (malloc'd, the caller frees it). */
+int pywalk_str_read(struct pywalk *w, uint64_t addr, char **out);
+/* The int at addr, when it is one in [0, 2^64). */
+int pywalk_int_read(struct pywalk *w, uint64_t addr, uint64_t *out);
+
+/*
+ * The code and line of the frame whose first fr_read bytes are `fr` (a
+ * generator's or coroutine's: it may be suspended). Returns 0, 1 when it is
+ * no frame to show (being set up, a shim), or an error (PYWALK_TORN).
+ */
+int pywalk_frame_decode(struct pywalk *w, const uint8_t *fr, struct pywalk_frame *out);
+
+/* The asyncio tasks walk of one sample, inside its snapshot (pytasks.c). */
+int pytasks_walk(struct pywalk *w);
+void pytasks_free(struct pytasks *t);
 
 #endif

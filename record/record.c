@@ -79,6 +79,7 @@ struct options {
         bool no_source;        /* do not store source files */
         bool no_switch_events; /* thread states from /proc only */
         bool no_bpf;           /* never read a running thread in its own context */
+        bool async_tasks;      /* --async: sample asyncio tasks beside the threads */
         uint64_t max_source_bytes;
         char **command; /* spawn mode: argv of the program */
 };
@@ -116,6 +117,10 @@ static void usage(FILE *f)
                 "      --max-source-bytes N\n"
                 "                         store at most N bytes of source text (default 64M,\n"
                 "                         e.g. 16M, 512k); a file over 1M is never stored\n"
+                "      --async            also record the asyncio tasks of each thread's running\n"
+                "                         event loop: every live task once a sample, in the\n"
+                "                         stack of awaits it waits in (CPython 3.7-3.13); see\n"
+                "                         them with pyflame-report --async\n"
                 "      --dump             print every thread's stack once and exit\n"
                 "  -q, --quiet            no status line or summary\n"
                 "  -h, --help             this help\n"
@@ -153,6 +158,7 @@ static int parse_args(int argc, char **argv, struct options *o)
                 OPT_BLOCKING = 256,
                 OPT_NONBLOCKING,
                 OPT_DUMP,
+                OPT_ASYNC,
                 OPT_NO_SOURCE,
                 OPT_MAX_SOURCE,
                 OPT_NO_SWITCH_EVENTS,
@@ -167,6 +173,7 @@ static int parse_args(int argc, char **argv, struct options *o)
             {"blocking", no_argument, NULL, OPT_BLOCKING},
             {"nonblocking", no_argument, NULL, OPT_NONBLOCKING},
             {"dump", no_argument, NULL, OPT_DUMP},
+            {"async", no_argument, NULL, OPT_ASYNC},
             {"subprocesses", no_argument, NULL, 's'},
             {"no-source", no_argument, NULL, OPT_NO_SOURCE},
             {"no-switch-events", no_argument, NULL, OPT_NO_SWITCH_EVENTS},
@@ -221,6 +228,9 @@ static int parse_args(int argc, char **argv, struct options *o)
                         break;
                 case OPT_DUMP:
                         o->dump = true;
+                        break;
+                case OPT_ASYNC:
+                        o->async_tasks = true;
                         break;
                 case 's':
                         o->subprocesses = true;
@@ -459,6 +469,10 @@ static void setup_sampler(struct recording *r, struct sampler *s)
         if (r->o->no_switch_events)
                 sampler_no_switch_events(s);
         sampler_set_capture(s, r->capture);
+        char err[256];
+        /* A version whose tasks we cannot read is still sampled: threads only. */
+        if (r->o->async_tasks && sampler_set_async(s, err, sizeof(err)) < 0)
+                fprintf(stderr, "%s: process %d: %s\n", prog, (int)sampler_pid(s), err);
 }
 
 static void remove_sampler(struct recording *r, size_t i, int64_t t_ns)
@@ -811,6 +825,8 @@ static int set_meta(struct recording *r)
         snprintf(buf, sizeof(buf), "%g", r->o->rate_hz);
         if (rc == 0)
                 rc = trace_writer_set_meta(r->w, TRACE_META_RATE_HZ, buf);
+        if (rc == 0 && r->o->async_tasks)
+                rc = trace_writer_set_meta_int(r->w, TRACE_META_ASYNC, 1);
         if (rc == 0 && r->o->command) {
                 off = 0;
                 for (char **a = r->o->command; *a && off < sizeof(buf) - 1; a++)
@@ -845,6 +861,8 @@ static int run_dump(struct options *o)
                         continue;
                 }
                 sampler_set_capture(s, capture);
+                if (o->async_tasks && sampler_set_async(s, err, sizeof(err)) < 0)
+                        fprintf(stderr, "%s: %s\n", prog, err);
                 if (sampler_dump(s, stdout, err, sizeof(err)) < 0) {
                         fprintf(stderr, "%s: %s\n", prog, err);
                         status = EXIT_INTERNAL;

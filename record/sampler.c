@@ -67,6 +67,23 @@ struct sthread {
         int64_t born_ns; /* first seen */
 };
 
+/* A thread's stack in this tick (--async joins running tasks to it). */
+struct tick_stack {
+        uint64_t thread_id;
+        uint32_t ref;
+        unsigned state;
+        size_t off; /* into tick_frames */
+        uint32_t depth;
+};
+
+/* A task's stream in the trace. */
+struct task_ref {
+        uint64_t addr;
+        uint32_t name_id; /* the pywalk code id of its name: a new name, a new task */
+        uint32_t thread_ref;
+        uint32_t ref; /* 0: empty slot */
+};
+
 /* One entry of the whole-stack cache. */
 struct stack_entry {
         uint64_t hash;
@@ -142,6 +159,16 @@ struct sampler {
         size_t n_last, cap_last;
         int64_t hold_from, hold_until;
         int64_t horizon; /* sampler_set_horizon() */
+
+        /* --async: asyncio tasks (pytasks.c) sampled beside the threads. */
+        bool async;
+        struct tick_stack *tick_stacks; /* this tick's thread stacks, for running tasks */
+        size_t n_tick_stacks, cap_tick_stacks;
+        struct pf_buf tick_frames;
+        struct task_ref *task_refs; /* open addressing: (task, name) -> trace ref */
+        size_t task_ref_cap, task_ref_n;
+        struct pywalk_frame *task_build; /* scratch: one task's stack, leaf first */
+        size_t task_build_cap;
 };
 
 pid_t sampler_pid(const struct sampler *s)
@@ -285,6 +312,10 @@ void sampler_close(struct sampler *s)
         free(s->held);
         pf_buf_free(&s->held_frames);
         free(s->last);
+        free(s->tick_stacks);
+        pf_buf_free(&s->tick_frames);
+        free(s->task_refs);
+        free(s->task_build);
         free(s->frame_keys);
         free(s->frame_vals);
         free(s->stacks);
@@ -558,7 +589,7 @@ static int frame_id(struct sampler *s, const struct pywalk_frame *f, uint32_t *o
             .file = f->code->file,
             .line = f->line,
             .first_line = f->code->first_line,
-            .kind = TRACE_FRAME_PYTHON,
+            .kind = f->code->task ? TRACE_FRAME_TASK : TRACE_FRAME_PYTHON,
         };
         uint32_t id;
         assert(!s->k || tsink_held(s->k));
@@ -569,7 +600,7 @@ static int frame_id(struct sampler *s, const struct pywalk_frame *f, uint32_t *o
         s->frame_vals[j] = id;
         s->frame_n++;
         /* A frame never seen: its file may be new too (read at flush time, not here). */
-        if (s->sources)
+        if (s->sources && !f->code->task)
                 sources_note(s->sources, s->sources_handle, d.file);
         *out = id;
         return 0;
@@ -694,6 +725,179 @@ static int stack_id(struct sampler *s, const struct pywalk_thread *th, uint32_t 
         return 0;
 }
 
+/* ---- asyncio tasks (--async) ------------------------------------------- */
+
+int sampler_set_async(struct sampler *s, char *err, size_t errlen)
+{
+        int rc = pywalk_set_tasks(s->walk, err, errlen);
+        if (rc == 0)
+                s->async = true;
+        return rc;
+}
+
+/* Keep a sampled thread's stack for this tick: a running task's frames are in it. */
+static int tick_stack_keep(struct sampler *s, const struct pywalk_thread *th, uint32_t ref,
+                           unsigned state)
+{
+        if (s->n_tick_stacks == s->cap_tick_stacks) {
+                size_t cap = s->cap_tick_stacks ? 2 * s->cap_tick_stacks : 16;
+                struct tick_stack *p = realloc(s->tick_stacks, cap * sizeof(*p));
+                if (!p)
+                        return -ENOMEM;
+                s->tick_stacks = p;
+                s->cap_tick_stacks = cap;
+        }
+        size_t off = s->tick_frames.len;
+        if (th->depth &&
+            pf_buf_append(&s->tick_frames, th->frames, th->depth * sizeof(*th->frames)) < 0)
+                return -ENOMEM;
+        s->tick_stacks[s->n_tick_stacks++] =
+            (struct tick_stack){th->thread_id, ref, state, off, th->depth};
+        return 0;
+}
+
+static const struct tick_stack *tick_stack_of(const struct sampler *s, uint64_t thread_id)
+{
+        for (size_t i = 0; thread_id && i < s->n_tick_stacks; i++)
+                if (s->tick_stacks[i].thread_id == thread_id)
+                        return &s->tick_stacks[i];
+        return NULL;
+}
+
+#define TASK_REFS_MAX (1u << 16) /* task streams remembered before starting afresh */
+
+static size_t task_ref_slot(uint64_t addr, uint32_t name_id, size_t cap)
+{
+        return pf_hash_u64(addr, name_id) & (cap - 1);
+}
+
+/* The trace ref of the stream of task `tk` run by thread `thread_ref`. */
+static int task_ref_get(struct sampler *s, const struct pywalk_task *tk, uint32_t thread_ref,
+                        uint32_t *out)
+{
+        if (s->task_ref_n >= TASK_REFS_MAX) {
+                /* The writer finds the streams again by (thread, address). */
+                memset(s->task_refs, 0, s->task_ref_cap * sizeof(*s->task_refs));
+                s->task_ref_n = 0;
+        }
+        if (2 * (s->task_ref_n + 1) > s->task_ref_cap) {
+                size_t cap = s->task_ref_cap ? 2 * s->task_ref_cap : 256;
+                struct task_ref *v = calloc(cap, sizeof(*v));
+                if (!v)
+                        return -ENOMEM;
+                for (size_t i = 0; i < s->task_ref_cap; i++) {
+                        struct task_ref *e = &s->task_refs[i];
+                        if (!e->ref)
+                                continue;
+                        size_t j = task_ref_slot(e->addr, e->name_id, cap);
+                        while (v[j].ref)
+                                j = (j + 1) & (cap - 1);
+                        v[j] = *e;
+                }
+                free(s->task_refs);
+                s->task_refs = v;
+                s->task_ref_cap = cap;
+        }
+        size_t j = task_ref_slot(tk->addr, tk->name->id, s->task_ref_cap);
+        for (; s->task_refs[j].ref; j = (j + 1) & (s->task_ref_cap - 1)) {
+                struct task_ref *e = &s->task_refs[j];
+                if (e->addr == tk->addr && e->name_id == tk->name->id &&
+                    e->thread_ref == thread_ref) {
+                        *out = e->ref;
+                        return 0;
+                }
+        }
+        uint32_t ref;
+        tsink_lock(s->k);
+        struct trace_task_desc d = {thread_ref, tk->addr, tk->name->name};
+        int rc = trace_writer_add_task(s->w, &d, &ref);
+        /* A task at the address of one gone: the same stream, under its new name. */
+        if (rc == 0)
+                rc = trace_writer_set_thread_name(s->w, ref, tk->name->name);
+        if (rc < 0)
+                rc = write_failed(s, rc);
+        tsink_unlock(s->k);
+        if (rc < 0)
+                return rc;
+        s->task_refs[j] = (struct task_ref){tk->addr, tk->name->id, thread_ref, ref};
+        s->task_ref_n++;
+        *out = ref;
+        return 0;
+}
+
+static int task_build_push(struct sampler *s, size_t *d, const struct pywalk_frame *f, size_t n)
+{
+        if (*d + n > PYWALK_MAX_DEPTH)
+                n = *d < PYWALK_MAX_DEPTH ? PYWALK_MAX_DEPTH - *d : 0;
+        if (*d + n > s->task_build_cap) {
+                size_t cap = s->task_build_cap ? s->task_build_cap : 256;
+                while (cap < *d + n)
+                        cap *= 2;
+                struct pywalk_frame *p = realloc(s->task_build, cap * sizeof(*p));
+                if (!p)
+                        return -ENOMEM;
+                s->task_build = p;
+                s->task_build_cap = cap;
+        }
+        memcpy(s->task_build + *d, f, n * sizeof(*f));
+        *d += n;
+        return 0;
+}
+
+/*
+ * One sample per live task of a sampled thread's loop: its stack is its own
+ * frames (a running task's: its thread's, from its coroutine on) under its
+ * name, under the stacks of the tasks that await it up to the root task.
+ */
+static int sample_tasks(struct sampler *s)
+{
+        const struct pywalk_task *v;
+        size_t n;
+        pywalk_tasks(s->walk, &v, &n);
+        for (size_t i = 0; i < n; i++) {
+                const struct tick_stack *ts = tick_stack_of(s, v[i].thread_id);
+                if (!ts || !ts->ref)
+                        continue; /* its loop is not running on a thread sampled now */
+                size_t d = 0;
+                unsigned state = 0;
+                int rc = 0;
+                uint32_t cur = (uint32_t)i + 1;
+                for (unsigned steps = 0; cur && steps < PYWALK_MAX_DEPTH && rc == 0; steps++) {
+                        const struct pywalk_task *tk = &v[cur - 1];
+                        const struct tick_stack *own = tick_stack_of(s, tk->thread_id);
+                        const struct pywalk_frame *tf =
+                            own ? (const struct pywalk_frame *)(s->tick_frames.data + own->off)
+                                : NULL;
+                        int64_t k = -1;
+                        for (uint32_t f = 0; tk->running && tk->root && own && f < own->depth; f++)
+                                if (tf[f].code->id == tk->root->id)
+                                        k = f;
+                        if (k >= 0) {
+                                rc = task_build_push(s, &d, tf, (size_t)k + 1);
+                                if (cur == i + 1)
+                                        state = own->state;
+                        } else {
+                                rc = task_build_push(s, &d, tk->frames, tk->depth);
+                        }
+                        struct pywalk_frame marker = {tk->name, -1};
+                        if (rc == 0)
+                                rc = task_build_push(s, &d, &marker, 1);
+                        cur = tk->parent;
+                }
+                struct pywalk_thread fake = {.depth = (uint32_t)d, .frames = s->task_build};
+                uint32_t stack = TRACE_STACK_EMPTY, ref = 0;
+                if (rc == 0)
+                        rc = stack_id(s, &fake, &stack);
+                if (rc == 0)
+                        rc = task_ref_get(s, &v[i], ts->ref, &ref);
+                if (rc < 0)
+                        return rc;
+                tsink_sample(s->k, ref, s->tick_ns, stack, state);
+                s->st.task_samples++;
+        }
+        return 0;
+}
+
 /* ---- sampling --------------------------------------------------------- */
 
 /* Whether t is on CPU now, from its switch records, else from /proc; -1 unknown. */
@@ -781,6 +985,8 @@ static int sample_thread(struct sampler *s, const struct pywalk_thread *th)
         if (rc < 0)
                 return rc; /* ends the walk; sampler_tick() reports it */
         tsink_sample(s->k, t->ref, s->tick_ns, stack, state);
+        if (s->async && (rc = tick_stack_keep(s, th, t->ref, state)) < 0)
+                return rc;
         s->st.samples++;
         if (s->blocking) {
                 if (s->n_last == s->cap_last) {
@@ -945,6 +1151,8 @@ int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
         s->n_last = 0;
         s->hold_from = t_ns;
         s->hold_until = 0;
+        s->n_tick_stacks = 0;
+        s->tick_frames.len = 0;
         int rc = pywalk_sample(s->walk, on_thread, s);
         if (s->blocking) {
                 if (stopper_holding()) {
@@ -960,6 +1168,8 @@ int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
                 th->frames = (struct pywalk_frame *)(s->held_frames.data + (uintptr_t)th->frames);
                 rc = sample_thread(s, th);
         }
+        if (rc >= 0 && s->async && s->k)
+                rc = sample_tasks(s);
         if (s->write_rc < 0) {
                 snprintf(err, errlen, "writing the trace: %s", s->write_msg);
                 return s->write_rc;
@@ -1074,6 +1284,73 @@ static int dump_thread(void *ctx, const struct pywalk_thread *th)
         return 0;
 }
 
+#define DUMP_TREE_DEPTH 64 /* levels of the task tree printed */
+
+/* Task i, its await chain, and under it the tasks it awaits (gather's, a TaskGroup's...). */
+static void dump_task(FILE *out, const struct pywalk_task *v, size_t n, size_t i, char *prefix,
+                      size_t plen, bool last, unsigned level)
+{
+        const struct pywalk_task *tk = &v[i];
+        fprintf(out, "%s%s (T) %s%s", prefix, last ? "└──" : "├──", tk->name->name,
+                tk->running ? " (running)" : "");
+        if (tk->awaits)
+                fprintf(out, " awaiting task %s", v[tk->awaits - 1].name->name);
+        else if (tk->awaiting[0])
+                fprintf(out, " awaiting %s", tk->awaiting);
+        fputc('\n', out);
+        /* Its await chain, outermost first, under it. */
+        const char *bar = last ? "    " : "│   ";
+        for (uint32_t k = tk->depth; k-- > 0;) {
+                const struct pywalk_frame *f = &tk->frames[k];
+                const char *name = f->code->qualname ? f->code->qualname : f->code->name;
+                fprintf(out, "%s%s    %s (%s:%d)\n", prefix, bar, name, f->code->file,
+                        (int)f->line);
+        }
+        if (level + 1 >= DUMP_TREE_DEPTH || plen + strlen(bar) + 1 > 4 * 3 * DUMP_TREE_DEPTH)
+                return;
+        size_t plen2 = plen + strlen(bar);
+        strcpy(prefix + plen, bar);
+        size_t lastkid = n;
+        for (size_t j = 0; j < n; j++)
+                if (v[j].parent == i + 1)
+                        lastkid = j;
+        for (size_t j = 0; j < n; j++)
+                if (v[j].parent == i + 1)
+                        dump_task(out, v, n, j, prefix, plen2, j == lastkid, level + 1);
+        prefix[plen] = 0;
+}
+
+/* The task trees of each thread's loop, as python -m asyncio pstree prints them. */
+static void dump_tasks(struct sampler *s, struct dump_ctx *d)
+{
+        const struct pywalk_task *v;
+        size_t n;
+        pywalk_tasks(s->walk, &v, &n);
+        char prefix[4 * 3 * DUMP_TREE_DEPTH + 8] = "";
+        for (size_t i = 0; i < n; i++) {
+                bool first = v[i].thread_id != 0;
+                for (size_t j = 0; j < i && first; j++)
+                        first = v[j].thread_id != v[i].thread_id;
+                if (!first)
+                        continue;
+                const char *tname = NULL;
+                for (size_t k = 0; k < d->n_names; k++)
+                        if (d->names[k].thread_id == v[i].thread_id)
+                                tname = d->names[k].name;
+                fprintf(d->out, "\nTasks of thread %#llx", (unsigned long long)v[i].thread_id);
+                if (tname)
+                        fprintf(d->out, " \"%s\"", tname);
+                fprintf(d->out, ":\n");
+                size_t last = n;
+                for (size_t j = 0; j < n; j++)
+                        if (!v[j].parent && v[j].thread_id == v[i].thread_id)
+                                last = j;
+                for (size_t j = 0; j < n; j++)
+                        if (!v[j].parent && v[j].thread_id == v[i].thread_id)
+                                dump_task(d->out, v, n, j, prefix, 0, j == last, 0);
+        }
+}
+
 /* Know the threads and their OS thread ids before the dump's look. */
 static int dump_learn_thread(void *ctx, const struct pywalk_thread *th)
 {
@@ -1116,6 +1393,8 @@ int sampler_dump(struct sampler *s, FILE *out, char *err, size_t errlen)
         int rc = pywalk_sample(s->walk, dump_thread, &d);
         if (s->blocking)
                 stopper_resume(&s->stop);
+        if (rc >= 0 && s->async)
+                dump_tasks(s, &d);
         for (size_t i = 0; i < d.n_names; i++)
                 free(d.names[i].name);
         free(d.names);

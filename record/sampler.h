@@ -36,6 +36,7 @@ struct sampler_stats {
         uint64_t proc_state_reads; /* on-CPU states read from /proc, not from switches */
         uint64_t cache_resets;     /* frame and stack caches started afresh (bounded) */
         uint64_t held_over;        /* thread samples of instants during a hold (sampler_held) */
+        uint64_t task_samples;     /* asyncio task samples written (--async) */
 };
 
 /*
@@ -52,6 +53,14 @@ int sampler_open(pid_t pid, bool blocking, struct sampler **out, char *err, size
  * sample.
  */
 void sampler_no_switch_events(struct sampler *s);
+
+/*
+ * --async: sample the asyncio tasks of every sampled thread's running loop
+ * beside the thread (pywalk_set_tasks()). Before the first sample. Returns
+ * 0, or PYFIND_UNSUPPORTED with a message saying why (this version's task
+ * layout is unknown): the sampler then samples threads only.
+ */
+int sampler_set_async(struct sampler *s, char *err, size_t errlen);
 
 struct tsink;
 

@@ -56,7 +56,7 @@ int frame_label(struct pf_buf *b, const struct trace_frame *f)
         const char *name = frame_name(f);
         if (pf_buf_append(b, name, strlen(name)) < 0)
                 return -1;
-        if (f->kind == TRACE_FRAME_SPECIAL || !f->file || !*f->file)
+        if (f->kind == TRACE_FRAME_SPECIAL || f->kind == TRACE_FRAME_TASK || !f->file || !*f->file)
                 return 0;
         char line[16] = "";
         if (f->line >= 0)

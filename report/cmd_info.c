@@ -74,6 +74,8 @@ static int info_gather(struct trace_reader *r, struct info *in, uint64_t *found)
                 struct trace_thread t;
                 if ((rc = trace_reader_thread_at(r, i, &t)) < 0)
                         return rc;
+                if (trace_reader_thread_task(r, i, NULL, NULL) == 1)
+                        continue; /* an asyncio task's samples, not a thread's */
                 uint64_t k;
                 int64_t s;
                 if (thread_span(&t, &k, &s)) {
@@ -241,6 +243,8 @@ static int threads_table(struct trace_reader *r, struct table *t, struct table_c
                 int rc = trace_reader_thread_at(r, i, &th);
                 if (rc < 0)
                         return rc;
+                if (trace_reader_thread_task(r, i, NULL, NULL) == 1)
+                        continue; /* tasks are counted apart (info_lists) */
                 struct table_cell *c = table_add_row(t);
                 if (!c)
                         break;
@@ -373,6 +377,8 @@ static int info_lists(struct trace_reader *r, enum out_format f, struct out *o)
                 }
                 out_puts(o, ", \"threads\": ");
                 table_write(&tt, f, o);
+                if (trace_reader_task_count(r)) /* (absent from traces without tasks) */
+                        out_printf(o, ", \"tasks\": %u", trace_reader_task_count(r));
         } else if (rc == 0) {
                 if (merged) {
                         out_printf(o,
@@ -385,6 +391,14 @@ static int info_lists(struct trace_reader *r, enum out_format f, struct out *o)
                 table_write(&pt, f, o);
                 out_printf(o, "threads:    %zu\n", tt.n_rows);
                 table_write(&tt, f, o);
+                if (trace_reader_task_count(r))
+                        out_printf(o,
+                                   "tasks:      %u asyncio tasks, %s task samples (see them with "
+                                   "--async)\n",
+                                   trace_reader_task_count(r),
+                                   trace_reader_meta(r, TRACE_META_TASK_SAMPLES)
+                                       ? trace_reader_meta(r, TRACE_META_TASK_SAMPLES)
+                                       : "0");
         }
         table_free(&pt);
         table_free(&rt);

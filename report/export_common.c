@@ -207,7 +207,7 @@ static int label_text(struct pf_buf *b, const struct trace_frame *f)
                 name = "";
         if (pf_buf_append(b, name, strlen(name)) < 0)
                 return -1;
-        if (f->kind != TRACE_FRAME_SPECIAL && f->file && *f->file) {
+        if (f->kind != TRACE_FRAME_SPECIAL && f->kind != TRACE_FRAME_TASK && f->file && *f->file) {
                 char line[16] = "";
                 if (f->line >= 0)
                         snprintf(line, sizeof(line), ":%d", (int)f->line);

@@ -75,7 +75,7 @@ static void ss_frames(struct out *o, const struct ex_model *m)
                 const struct ex_label *l = &m->labels[i];
                 out_puts(o, i ? ",\n{\"name\":" : "\n{\"name\":");
                 out_json_embedded(o, l->name);
-                if (*l->file && l->kind != TRACE_FRAME_SPECIAL) {
+                if (*l->file && l->kind != TRACE_FRAME_SPECIAL && l->kind != TRACE_FRAME_TASK) {
                         out_puts(o, ",\"file\":");
                         out_json_embedded(o, l->file);
                         if (l->line >= 0)

@@ -158,7 +158,7 @@ static void frame_colour(const struct ex_label *l, bool root, char *buf, size_t 
                 snprintf(buf, len, "rgb(214,214,214)");
                 return;
         }
-        if (l->kind == TRACE_FRAME_SPECIAL || !*l->file) {
+        if (l->kind == TRACE_FRAME_SPECIAL || l->kind == TRACE_FRAME_TASK || !*l->file) {
                 snprintf(buf, len, "rgb(190,190,190)");
                 return;
         }

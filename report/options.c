@@ -220,6 +220,12 @@ int select_resolve(struct trace_reader *r, const char *path, const struct select
         struct select s = {0};
         struct trace_filter *f = &s.filter;
 
+        if (o->async && !trace_reader_task_count(r))
+                return report_fail(path,
+                                   "holds no asyncio tasks: record with pyflame-record --async "
+                                   "(CPython 3.7-3.13) to see them");
+        trace_reader_set_view(r, o->async ? TRACE_VIEW_TASKS : TRACE_VIEW_THREADS);
+
         if (o->from || o->to) {
                 struct trace_summary sum;
                 int st = trace_reader_summary(r, &sum);
@@ -269,6 +275,9 @@ int select_resolve(struct trace_reader *r, const char *path, const struct select
         f->state_require = o->idle ? 0 : TRACE_STATE_ON_CPU;
         if (o->gil)
                 f->state_require |= TRACE_STATE_HOLDS_GIL;
+        /* Tasks weigh wall time: every live task counts in every sample, running or not. */
+        if (o->async)
+                f->state_require = o->gil ? TRACE_STATE_HOLDS_GIL : 0;
         *out = s;
         return 0;
 }
@@ -316,6 +325,9 @@ int select_opts_parse(struct select_opts *o, int c, const char *arg)
                 return 1;
         case SELECT_OPT_GIL:
                 o->gil = true;
+                return 1;
+        case SELECT_OPT_ASYNC:
+                o->async = true;
                 return 1;
         default:
                 return 0;

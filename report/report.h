@@ -175,6 +175,7 @@ struct select_opts {
         char *threads;         /* "TID|PYID|NAME[,...]": every --thread likewise */
         bool idle;             /* keep samples of threads that were not on CPU */
         bool gil;              /* keep only samples holding the GIL */
+        bool async;            /* the asyncio tasks' samples instead of the threads' */
 };
 
 /*
@@ -189,12 +190,14 @@ enum {
         SELECT_OPT_THREAD,
         SELECT_OPT_IDLE,
         SELECT_OPT_GIL,
+        SELECT_OPT_ASYNC,
         SELECT_OPT_END,
 };
 #define SELECT_LONG_OPTIONS                                                                        \
         {"pid", required_argument, NULL, SELECT_OPT_PID},                                          \
             {"thread", required_argument, NULL, SELECT_OPT_THREAD},                                \
             {"idle", no_argument, NULL, SELECT_OPT_IDLE},                                          \
+            {"async", no_argument, NULL, SELECT_OPT_ASYNC},                                        \
         {                                                                                          \
                 "gil", no_argument, NULL, SELECT_OPT_GIL                                           \
         }

@@ -1,4 +1,4 @@
--- trace.sql - the pyflame trace file format, format version 1.
+-- trace.sql - the pyflame trace file format, format version 2.
 --
 -- This comment is the specification; the statements below it create an
 -- empty trace. libtrace embeds this file and runs it when it creates a trace
@@ -8,7 +8,7 @@
 -- (never WAL), so a finished trace is a single self-contained file that can
 -- be copied. It is stamped in the SQLite header:
 --   PRAGMA application_id = 1348027986  (0x50594652, ASCII "PYFR")
---   PRAGMA user_version   = 1           (TRACE_FORMAT_VERSION in trace.h)
+--   PRAGMA user_version   = 2           (TRACE_FORMAT_VERSION in trace.h)
 -- Readers refuse a file with another application_id (not a trace) and a file
 -- whose user_version is higher than the newest they know (written by a newer
 -- pyflame). Any change a reader of version N could misread bumps the version.
@@ -19,6 +19,9 @@
 -- files without them as single recordings. So did the sources table (and
 -- source_encodings): a reader that does not know it shows no stored source,
 -- and readers take a file without it as one that stores none.
+-- Version 2 added asyncio task streams (threads.task_of, task_addr, frame
+-- kind 3): a version-1 reader would count them as threads. Readers of
+-- version 2 read version-1 files as traces without tasks.
 --
 -- Units and conventions
 --   *_ns columns are nanoseconds. Sample, chunk, thread and process times are
@@ -37,6 +40,8 @@
 --   frames.kind         0 python   a Python function frame
 --                       1 native   a native (C) frame
 --                       2 special  a pseudo frame made by pyflame, e.g. "<unknown>"
+--                       3 task     an asyncio task (version 2): function its name,
+--                                  file "<task>", line NULL
 --   thread state flags  0x1 on_cpu     the OS thread was running (R) when sampled
 --   (a bit set)         0x2 holds_gil  held the GIL (free-threaded: attached)
 --                       0x4 no_gil     the interpreter runs without a GIL
@@ -80,6 +85,8 @@
 --       source_skipped  INTEGER  files of sampled frames not stored: not
 --                                readable by the target's user, absent, not
 --                                text, over the size limits
+--       async           INTEGER  1: recorded with asyncio tasks (--async)
+--       task_samples    INTEGER  samples of task streams committed so far
 --     Other keys may appear; readers ignore keys they do not know.
 --
 --   strings(id, value)          interned text (function names, file names).
@@ -125,12 +132,27 @@
 --   recording_meta(recording, key, value)
 --     Every meta row of each source recording, as it was in that file.
 --
---   threads(ref, pid, tid, python_thread_id, name, first_ns, last_ns, samples)
+--   threads(ref, pid, tid, python_thread_id, name, first_ns, last_ns, samples,
+--           task_of, task_addr)
 --     ref: the reference samples carry (1..); pid: processes.pid; tid: OS
 --     thread id in the recorder's namespace or NULL; python_thread_id: the
 --     threading.get_ident() value (a pthread_t, stored as signed 64 bit) or
 --     NULL; name or NULL; first_ns/last_ns: relative times of its first and
 --     last sample (NULL before the first); samples: its committed samples.
+--     task_of, task_addr (version 2): NULL for a thread. A row with task_of
+--     set is not a thread but the stream of an asyncio task (recorded with
+--     pyflame-record --async) run by the event loop of thread task_of (a
+--     thread's ref; pid, tid and python_thread_id are that thread's), name
+--     the task's name, task_addr the address of its Task object in the
+--     target (signed 64 bit). Each of its samples says that the task was
+--     alive (pending) then, in the sample's stack: the frames of the tasks
+--     awaiting it, root task first, each task's frames under a frame of kind
+--     task naming it, ending with its own await chain (innermost last); a
+--     task running at that instant has its thread's stack from its coroutine
+--     on instead. Counting a task's samples weighs wall time per task, not
+--     CPU: every live task counts once per sample. Task samples are in
+--     sample_chunks like a thread's, but not in stack_counts nor in meta
+--     samples (meta task_samples counts them).
 --
 --   errors(pid, kind, count)    sampling errors per process (pid 0: the
 --     recorder itself) and kind; count is the total so far.
@@ -198,7 +220,7 @@ PRAGMA page_size = 4096;
 BEGIN;
 
 PRAGMA application_id = 1348027986;
-PRAGMA user_version = 1;
+PRAGMA user_version = 2;
 
 CREATE TABLE meta (
         key TEXT PRIMARY KEY NOT NULL,
@@ -264,7 +286,9 @@ CREATE TABLE threads (
         name TEXT,
         first_ns INTEGER,
         last_ns INTEGER,
-        samples INTEGER NOT NULL DEFAULT 0
+        samples INTEGER NOT NULL DEFAULT 0,
+        task_of INTEGER REFERENCES threads(ref),
+        task_addr INTEGER
 );
 
 CREATE TABLE errors (
@@ -301,7 +325,7 @@ CREATE TABLE sources (
 );
 
 CREATE TABLE frame_kinds (code INTEGER PRIMARY KEY, name TEXT NOT NULL);
-INSERT INTO frame_kinds VALUES (0, 'python'), (1, 'native'), (2, 'special');
+INSERT INTO frame_kinds VALUES (0, 'python'), (1, 'native'), (2, 'special'), (3, 'task');
 
 CREATE TABLE state_flags (bit INTEGER PRIMARY KEY, name TEXT NOT NULL);
 INSERT INTO state_flags VALUES (1, 'on_cpu'), (2, 'holds_gil'), (4, 'no_gil');

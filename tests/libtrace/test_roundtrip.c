@@ -71,7 +71,7 @@ static void test_summary_and_meta(void **state)
 
         assert_string_equal(trace_reader_meta(f->r, TRACE_META_MODE), "nonblocking");
         assert_string_equal(trace_reader_meta(f->r, "answer"), "42");
-        assert_string_equal(trace_reader_meta(f->r, TRACE_META_FORMAT_VERSION), "1");
+        assert_string_equal(trace_reader_meta(f->r, TRACE_META_FORMAT_VERSION), "2");
         assert_string_equal(trace_reader_meta(f->r, TRACE_META_TOOL_VERSION), pf_version());
         assert_string_equal(trace_reader_meta(f->r, TRACE_META_SAMPLES), "3000");
         assert_string_equal(trace_reader_meta(f->r, TRACE_META_ERRORS), "10");
@@ -696,6 +696,156 @@ static void test_writer_refusals(void **state)
         tu_rmdir(dir);
 }
 
+struct task_count {
+        uint64_t n[8]; /* samples per ref */
+        uint32_t stack[8];
+};
+
+static int count_task_sample(void *ctx, const struct trace_sample *s)
+{
+        struct task_count *c = ctx;
+        if (s->thread < 8) {
+                c->n[s->thread]++;
+                c->stack[s->thread] = s->stack;
+        }
+        return 0;
+}
+
+/*
+ * asyncio task streams: written beside their thread, read only in the tasks
+ * view, kept out of the thread counts, merged along; a version-1 trace (no
+ * task columns) still opens, with no tasks.
+ */
+static void test_tasks(void **state)
+{
+        (void)state;
+        char *dir = tu_mkdtemp();
+        char *path = tu_path(dir, "tasks.pyflame");
+        struct trace_writer *w = NULL;
+        assert_int_equal(trace_writer_create(path, 0, &w), 0);
+        struct trace_process_desc p = {42, NULL, NULL, NULL};
+        struct trace_thread_desc t = {42, 42, 7, "MainThread"};
+        uint32_t th, t1, t2, again, out = 777;
+        assert_int_equal(trace_writer_add_process(w, &p), 0);
+        assert_int_equal(trace_writer_add_thread(w, &t, &th), 0);
+        struct trace_task_desc d1 = {th, 0x1000, "user-1"}, d2 = {th, 0x2000, "user-2"};
+        struct trace_task_desc bad = {th + 5, 0x3000, "x"};
+        assert_int_equal(trace_writer_add_task(w, &d1, &t1), 0);
+        assert_int_equal(trace_writer_add_task(w, &d2, &t2), 0);
+        assert_int_equal(trace_writer_add_task(w, &d1, &again), 0);
+        assert_int_equal(again, t1);
+        assert_int_equal(trace_writer_add_task(w, &bad, &out), TRACE_ERR_ARG);
+        struct trace_task_desc of_task = {t1, 0x3000, "x"};
+        assert_int_equal(trace_writer_add_task(w, &of_task, &out), TRACE_ERR_ARG);
+        assert_int_equal(out, 777);
+        /* A task's stack: its name (kind task) over its await frame. */
+        struct trace_frame_desc run = {"run_forever", NULL, "loop.py", 10, 1, TRACE_FRAME_PYTHON};
+        struct trace_frame_desc name = {"user-1", NULL, "<task>", -1, -1, TRACE_FRAME_TASK};
+        struct trace_frame_desc wait = {"fetch", NULL, "app.py", 5, 3, TRACE_FRAME_PYTHON};
+        uint32_t fr[3], thread_stack, task_stack;
+        assert_int_equal(trace_writer_intern_frame(w, &run, &fr[0]), 0);
+        assert_int_equal(trace_writer_intern_frame(w, &name, &fr[1]), 0);
+        assert_int_equal(trace_writer_intern_frame(w, &wait, &fr[2]), 0);
+        assert_int_equal(trace_writer_intern_stack_frames(w, fr, 1, &thread_stack), 0);
+        assert_int_equal(trace_writer_intern_stack_frames(w, fr + 1, 2, &task_stack), 0);
+        struct trace_reader *r = NULL;
+        assert_int_equal(trace_reader_open(path, &r), 0);
+        int64_t now = strtoll(trace_reader_meta(r, TRACE_META_START_MONO_NS), NULL, 10);
+        trace_reader_close(r);
+        for (int i = 0; i < 10; i++) {
+                int64_t at = now + 1000 * i;
+                assert_int_equal(trace_writer_add_sample(w, th, at, thread_stack, 0), 0);
+                assert_int_equal(trace_writer_add_sample(w, t1, at, task_stack, 0), 0);
+                if (i < 4)
+                        assert_int_equal(trace_writer_add_sample(w, t2, at, task_stack, 0), 0);
+        }
+        assert_int_equal(trace_writer_finalize(w), 0);
+        trace_writer_free(w);
+
+        assert_int_equal(trace_reader_open(path, &r), 0);
+        struct trace_summary sum;
+        assert_int_equal(trace_reader_summary(r, &sum), 0);
+        assert_int_equal(sum.samples, 10); /* the thread's only */
+        assert_string_equal(trace_reader_meta(r, TRACE_META_SAMPLES), "10");
+        assert_string_equal(trace_reader_meta(r, TRACE_META_TASK_SAMPLES), "14");
+        assert_int_equal(trace_reader_task_count(r), 2);
+        uint32_t of = 0;
+        uint64_t addr = 0;
+        assert_int_equal(trace_reader_thread_task(r, th - 1, &of, &addr), 0);
+        assert_int_equal(trace_reader_thread_task(r, t2 - 1, &of, &addr), 1);
+        assert_int_equal(of, th);
+        assert_int_equal(addr, 0x2000);
+        assert_int_equal(trace_reader_thread_task(r, 99, NULL, NULL), TRACE_ERR_ARG);
+        struct trace_frame f;
+        assert_int_equal(trace_reader_frame(r, fr[1], &f), 0);
+        assert_int_equal(f.kind, TRACE_FRAME_TASK);
+        assert_string_equal(f.function, "user-1");
+
+        struct task_count c = {{0}, {0}};
+        assert_int_equal(trace_reader_foreach_sample(r, NULL, count_task_sample, &c), 0);
+        assert_int_equal(c.n[th], 10);
+        assert_int_equal(c.n[t1] + c.n[t2], 0);
+        trace_reader_set_view(r, TRACE_VIEW_TASKS);
+        memset(&c, 0, sizeof(c));
+        assert_int_equal(trace_reader_foreach_sample(r, NULL, count_task_sample, &c), 0);
+        assert_int_equal(c.n[th], 0);
+        assert_int_equal(c.n[t1], 10);
+        assert_int_equal(c.n[t2], 4);
+        assert_int_equal(c.stack[t1], task_stack);
+        uint64_t *counts, total;
+        assert_int_equal(trace_reader_count_by_stack(r, NULL, &counts, &total), 0);
+        assert_int_equal(total, 14);
+        assert_int_equal(counts[task_stack], 14);
+        free(counts);
+        trace_reader_close(r);
+
+        /* stack_counts, for plain SQL, holds the threads' samples only. */
+        sqlite3 *db;
+        sqlite3_stmt *st;
+        assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+        assert_int_equal(
+            sqlite3_prepare_v2(db, "SELECT sum(samples) FROM stack_counts", -1, &st, NULL),
+            SQLITE_OK);
+        assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+        assert_int_equal(sqlite3_column_int64(st, 0), 10);
+        sqlite3_finalize(st);
+        sqlite3_close(db);
+
+        /* Merged, the tasks come along, still tasks of their (new) thread. */
+        char *merged = tu_path(dir, "merged.pyflame");
+        assert_int_equal(trace_writer_create(merged, 0, &w), 0);
+        assert_int_equal(trace_reader_open(path, &r), 0);
+        assert_int_equal(trace_writer_add_recording(w, r, "tasks.pyflame", 0), 0);
+        trace_reader_close(r);
+        assert_int_equal(trace_writer_finalize(w), 0);
+        trace_writer_free(w);
+        assert_int_equal(trace_reader_open(merged, &r), 0);
+        assert_int_equal(trace_reader_task_count(r), 2);
+        trace_reader_set_view(r, TRACE_VIEW_TASKS);
+        assert_int_equal(trace_reader_count_by_stack(r, NULL, &counts, &total), 0);
+        assert_int_equal(total, 14);
+        free(counts);
+        trace_reader_close(r);
+
+        /* A version-1 trace has no task columns: it opens, with no tasks. */
+        assert_int_equal(tu_sql(path, "DELETE FROM sample_chunks WHERE thread > 1;"
+                                      "DELETE FROM threads WHERE ref > 1;"
+                                      "ALTER TABLE threads DROP COLUMN task_of;"
+                                      "ALTER TABLE threads DROP COLUMN task_addr;"
+                                      "PRAGMA user_version = 1;"),
+                         SQLITE_OK);
+        assert_int_equal(trace_reader_open(path, &r), 0);
+        assert_int_equal(trace_reader_task_count(r), 0);
+        assert_int_equal(trace_reader_thread_count(r), 1);
+        assert_int_equal(trace_reader_count_by_stack(r, NULL, &counts, &total), 0);
+        assert_int_equal(total, 10);
+        free(counts);
+        trace_reader_close(r);
+        free(merged);
+        free(path);
+        tu_rmdir(dir);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -715,6 +865,7 @@ int main(void)
             cmocka_unit_test(test_live_snapshot),
             cmocka_unit_test(test_refuses_overwrite),
             cmocka_unit_test(test_writer_refusals),
+            cmocka_unit_test(test_tasks),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -151,6 +151,22 @@ static void debug_layout(const struct ver *v, struct pylayout *L)
         L->pre_values = -1;
         L->int_value = 16 + h;
         L->int_digits = 24 + h;
+        /* asyncio tasks: 3.13 (GIL build) only, as found in the live 3.13.0 (pylayout.c). */
+        int32_t *task_fields[] = {
+            &L->tp_name,         &L->tp_base,     &L->set_mask,        &L->set_table,
+            &L->wr_object,       &L->meth_self,   &L->list_items,      &L->fut_loop,
+            &L->fut_callback0,   &L->fut_state,   &L->task_fut_waiter, &L->task_coro,
+            &L->task_name,       &L->task_size,   &L->gen_frame,       &L->gen_iframe,
+            &L->gen_frame_state, &L->fr_stacktop, &L->fr_valuestack,
+        };
+        int32_t task_313[] = {24,  256, 32,  40,  16, 24, 24, 16, 24, 96,
+                              112, 120, 128, 144, -1, 72, 67, 64, 72};
+        bool tasks = v->minor == 13 && !t;
+        for (size_t i = 0; i < sizeof(task_fields) / sizeof(task_fields[0]); i++)
+                *task_fields[i] = tasks ? task_313[i] : -1;
+        L->tasks = tasks ? PYL_TASKS_SCHEDULED : 0;
+        L->await = tasks ? PYL_AWAIT_LOCALSPLUS : 0;
+        L->gen_created = tasks ? -3 : 0;
         /* Bytes per frame read, as the walker derives them (checked against pylayout). */
         int32_t end = L->fr_lasti + 8;
         if (L->fr_owner + 1 > end)

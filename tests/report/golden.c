@@ -331,6 +331,66 @@ static void build_empty(const char *path)
         finish(w, 50, true);
 }
 
+/*
+ * async.db: one thread running an event loop, 10 ticks 10 ms apart, with
+ * asyncio tasks (pyflame-record --async): "main" awaiting a gather of
+ * "kid-0" and "kid-1" (each waiting in fetch > sleep), and "cpu", running in
+ * ticks 0-3 (its thread's stack: burn > spin) and waiting in burn's
+ * sleep(0) after. The thread itself is in the loop (run_forever > select)
+ * when cpu is not running.
+ */
+static void build_async(const char *path)
+{
+        struct trace_writer *w = create(path);
+        tu_must(w, trace_writer_set_meta_int(w, TRACE_META_ASYNC, 1), "meta");
+        struct trace_process_desc p = {77, "python srv.py", "3.12.1", "shared"};
+        tu_must(w, trace_writer_add_process(w, &p), "process");
+        uint32_t th = thread(w, 77, 77, 140000000000077ULL, "MainThread");
+        uint32_t t_main, t_kid0, t_kid1, t_cpu;
+        struct trace_task_desc d[4] = {{th, 0x1000, "main"},
+                                       {th, 0x2000, "kid-0"},
+                                       {th, 0x3000, "kid-1"},
+                                       {th, 0x4000, "cpu"}};
+        tu_must(w, trace_writer_add_task(w, &d[0], &t_main), "task");
+        tu_must(w, trace_writer_add_task(w, &d[1], &t_kid0), "task");
+        tu_must(w, trace_writer_add_task(w, &d[2], &t_kid1), "task");
+        tu_must(w, trace_writer_add_task(w, &d[3], &t_cpu), "task");
+        uint32_t run = frame(w, "run_forever", NULL, "asyncio/base.py", 600, 590, 0);
+        uint32_t sel = frame(w, "select", NULL, "selectors.py", 468, 450, 0);
+        uint32_t burn = frame(w, "burn", NULL, "srv.py", 20, 18, 0);
+        uint32_t burn_wait = frame(w, "burn", NULL, "srv.py", 21, 18, 0);
+        uint32_t spin = frame(w, "spin", NULL, "srv.py", 12, 10, 0);
+        uint32_t main_wait = frame(w, "main", NULL, "srv.py", 31, 28, 0);
+        uint32_t fetch = frame(w, "fetch", NULL, "srv.py", 6, 5, 0);
+        uint32_t sleep = frame(w, "sleep", NULL, "asyncio/tasks.py", 665, 640, 0);
+        uint32_t n_main = frame(w, "main", NULL, "<task>", -1, -1, TRACE_FRAME_TASK);
+        uint32_t n_kid0 = frame(w, "kid-0", NULL, "<task>", -1, -1, TRACE_FRAME_TASK);
+        uint32_t n_kid1 = frame(w, "kid-1", NULL, "<task>", -1, -1, TRACE_FRAME_TASK);
+        uint32_t n_cpu = frame(w, "cpu", NULL, "<task>", -1, -1, TRACE_FRAME_TASK);
+        uint32_t s_loop = stack(w, 2, run, sel), s_run = stack(w, 3, run, burn, spin);
+        uint32_t s_main = stack(w, 3, n_main, main_wait, sleep);
+        uint32_t s_kid0 = stack(w, 5, n_main, main_wait, n_kid0, fetch, sleep);
+        uint32_t s_kid1 = stack(w, 5, n_main, main_wait, n_kid1, fetch, sleep);
+        uint32_t s_cpu_run = stack(w, 3, n_cpu, burn, spin);
+        uint32_t s_cpu_wait = stack(w, 3, n_cpu, burn_wait, sleep);
+        for (int tick = 0; tick < 10; tick++) {
+                int64_t t = TU_MONO_START + tick * 10 * MS;
+                bool running = tick < 4;
+                tu_must(w,
+                        trace_writer_add_sample(w, th, t, running ? s_run : s_loop,
+                                                running ? ON | GIL : 0),
+                        "sample");
+                tu_must(w, trace_writer_add_sample(w, t_main, t, s_main, 0), "sample");
+                tu_must(w, trace_writer_add_sample(w, t_kid0, t, s_kid0, 0), "sample");
+                tu_must(w, trace_writer_add_sample(w, t_kid1, t, s_kid1, 0), "sample");
+                tu_must(w,
+                        trace_writer_add_sample(w, t_cpu, t, running ? s_cpu_run : s_cpu_wait,
+                                                running ? ON | GIL : 0),
+                        "sample");
+        }
+        finish(w, 100, true);
+}
+
 /* big.db: many pages of samples, for truncation at several points. */
 static void build_big(const char *path)
 {
@@ -585,6 +645,13 @@ static void views_and_formats(void)
         golden("by-function-csv", ARGS("--by-function", "--format", "csv", "basic.db"));
         golden("by-function-json", ARGS("--by-function", "--format", "json", "basic.db"));
         golden("info", ARGS("info", "basic.db"));
+        /* asyncio tasks: wall time per task, idle included; the threads' view untouched. */
+        golden("async-folded", ARGS("--async", "async.db"));
+        golden("async-threads", ARGS("--idle", "async.db"));
+        golden("async-by-function", ARGS("--async", "--by-function", "async.db"));
+        golden("async-thread-name", ARGS("--async", "--thread", "kid-1", "async.db"));
+        golden("async-info", ARGS("info", "async.db"));
+        fails("async-none", "pyflame-report: basic.db: ", true, ARGS("--async", "basic.db"));
         golden("info-json", ARGS("info", "--format", "json", "basic.db"));
         golden("info-unfinished", ARGS("info", "unfinished.db"));
         golden("info-empty-json", ARGS("info", "--format=json", "empty.db"));
@@ -868,6 +935,7 @@ static void make_inputs(void)
         build_basic("basic.db");
         build_unfinished("unfinished.db");
         build_empty("empty.db");
+        build_async("async.db");
         build_big("big.db");
         build_sources("sources.db");
         copy_prefix("sources.db", "sources-old.db", SIZE_MAX);

@@ -1,0 +1,872 @@
+/*
+ * pytasks.c - the asyncio tasks of a target, for pyflame-record --async
+ * (pywalk_set_tasks(), pywalk_tasks(), pywalk.h).
+ *
+ * Before 3.14 CPython keeps no list of tasks per loop that a reader can
+ * follow; it keeps a registry of every task: the WeakSet
+ * asyncio.tasks._all_tasks (3.7-3.11), or the WeakSet _scheduled_tasks and
+ * the set _eager_tasks (3.12, 3.13). Each sample reads the registry's hash
+ * table, each task's C struct (_asyncio's TaskObj: its loop, coroutine,
+ * awaited future, name, first done callback) and each coroutine's frame,
+ * following what a suspended coroutine awaits (the top of its value stack,
+ * what cr_await reports) down to the innermost one. A task's loop gives its
+ * thread (the loop's _thread_id, set while it runs). Who awaits a task: the
+ * task whose awaited future is that task, or a _GatheringFuture listing it
+ * in _children (gather), or the TaskGroup whose _on_task_done is its first
+ * done callback (that group's _parent_task).
+ *
+ * The walk runs within the sample (after the threads), level by level for
+ * all tasks at once: the registry's table, every weakref, every Task, then
+ * per await level every coroutine (3.11+ with its embedded frame; <=3.10 then
+ * every frame) and every value-stack top, each a batch of a few
+ * process_vm_readv calls whatever the number of tasks (10,000 tasks: about
+ * 27 ms a sample, bench/asyncbench.py). Not through the sample's snapshot:
+ * tens of thousands of small spans would swamp it. Code objects are the
+ * walker's, cached. The registry's place and each loop's thread are looked
+ * up by name now and then. Everything is bounded and type-checked: a task
+ * that does not read or fit is left out of the sample, never reported as
+ * garbage.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "pywalk_int.h"
+
+#define MAX_SET_SLOTS    (1u << 18) /* hash table slots of a registry set */
+#define MAX_AWAIT_DEPTH  256        /* coroutines followed down one task's chain */
+#define MAX_VALUE_STACK  (1 << 16)  /* a frame's value stack depth we believe */
+#define MAX_GATHER       4096       /* children of one gather we look at */
+#define REGISTRY_RECHECK 512        /* samples between lookups of the registry by name */
+#define LOOP_RECHECK     256        /* samples between reads of a loop's _thread_id */
+#define MAX_LOOPS        64
+#define TYPE_SLOTS       64
+#define NAME_CACHE_MAX   (1u << 16) /* task name entries kept before starting afresh */
+#define TP_NAME_MAX      48
+#define MAX_TYPE_BASES   16
+
+/* What a type is to us, by its tp_name (and its bases', for tasks). */
+enum obj_class {
+        CLS_OTHER = 1,
+        CLS_TASK,      /* _asyncio.Task or a subclass */
+        CLS_WEAKREF,   /* weakref.ref */
+        CLS_CORO,      /* coroutine, or a generator (yield from, @types.coroutine) */
+        CLS_GATHERING, /* asyncio.tasks._GatheringFuture */
+        CLS_METHOD,    /* a bound method */
+        CLS_TASKGROUP, /* asyncio.TaskGroup */
+};
+
+struct type_class {
+        uint64_t type;
+        uint8_t cls;
+        char name[sizeof(((struct pywalk_task *)0)->awaiting)]; /* its tp_name, cut short */
+};
+
+struct loop_thread {
+        uint64_t loop, thread_id, checked;
+};
+
+/* A task's name (and the pseudo code that carries it), keyed by task and name object. */
+struct name_entry {
+        uint64_t task, obj;
+        struct pywalk_code *code;
+};
+
+struct pytasks {
+        uint64_t registry[2]; /* the sets of tasks (0: none); weak: registry[0] holds weakrefs */
+        bool weak[2];
+        uint64_t registry_due; /* sample number of the next lookup by name */
+        struct type_class types[TYPE_SLOTS];
+        size_t n_types;
+        struct loop_thread loops[MAX_LOOPS];
+        size_t n_loops;
+        struct name_entry *names; /* open addressing */
+        size_t names_cap, names_n;
+        struct pywalk_task *v; /* this sample's tasks, sorted by address */
+        size_t n, cap;
+        uint64_t *found; /* addresses of the tasks in the registry */
+        size_t n_found, cap_found;
+        struct pywalk_frame *frames; /* every task's chain, back to back */
+        size_t n_frames, cap_frames;
+        /* Per task (cap entries): awaited future, first done callback, ... */
+        uint64_t *waiter, *callback;
+        uint64_t *cur;          /* the coroutine its chain is at (a slot's address in between) */
+        uint64_t *frame;        /* that coroutine's frame (first: the task's loop) */
+        int8_t *state;          /* 3.11+: that coroutine's gi_frame_state */
+        uint8_t *cls;           /* classes of its awaited future and callback */
+        uint32_t *active;       /* the tasks whose chain goes on at this level */
+        size_t *chain_at;       /* (first: the name object) then where its frames start */
+        struct chain_frame *cf; /* frames found, level by level */
+        size_t n_cf, cap_cf;
+        /* One batch of reads. */
+        struct memsrc_iov *iov;
+        bool *ok;
+        size_t cap_iov;
+        uint8_t *buf;
+        size_t cap_buf;
+};
+
+struct chain_frame {
+        uint32_t task, level;
+        struct pywalk_frame f;
+};
+
+int pywalk_set_tasks(struct pywalk *w, char *err, size_t errlen)
+{
+        const struct pylayout *L = &w->L;
+        if (!L->tasks || L->task_size <= 0 || L->is_modules < 0 || L->dict_keys < 0) {
+                snprintf(err, errlen,
+                         "--async: asyncio tasks cannot be read on Python %s (pyflame knows the "
+                         "task layouts of 3.7 to 3.13): its threads only are recorded",
+                         L->name);
+                return PYFIND_UNSUPPORTED;
+        }
+        if (w->tasks)
+                return 0;
+        w->tasks = calloc(1, sizeof(*w->tasks));
+        return w->tasks ? 0 : -ENOMEM;
+}
+
+void pywalk_tasks(const struct pywalk *w, const struct pywalk_task **tasks, size_t *n)
+{
+        *tasks = w->tasks ? w->tasks->v : NULL;
+        *n = w->tasks ? w->tasks->n : 0;
+}
+
+static void names_clear(struct pytasks *t)
+{
+        for (size_t i = 0; i < t->names_cap; i++) {
+                if (t->names[i].code) {
+                        free((char *)t->names[i].code->name);
+                        free(t->names[i].code);
+                }
+        }
+        free(t->names);
+        t->names = NULL;
+        t->names_cap = t->names_n = 0;
+}
+
+void pytasks_free(struct pytasks *t)
+{
+        if (!t)
+                return;
+        names_clear(t);
+        free(t->v);
+        free(t->found);
+        free(t->frames);
+        free(t->waiter);
+        free(t->callback);
+        free(t->cur);
+        free(t->frame);
+        free(t->state);
+        free(t->cls);
+        free(t->active);
+        free(t->chain_at);
+        free(t->cf);
+        free(t->iov);
+        free(t->ok);
+        free(t->buf);
+        free(t);
+}
+
+static int soft(int rc)
+{
+        return fatal_read(rc) ? rc : 1;
+}
+
+/* The cache entry of the type at `type`, NULL when it has none. */
+static const struct type_class *type_cached(const struct pytasks *t, uint64_t type)
+{
+        for (size_t i = 0; i < t->n_types; i++)
+                if (t->types[i].type == type)
+                        return &t->types[i];
+        return NULL;
+}
+
+/* The class of the type at `type`, cached (types live as long as their objects, mostly). */
+static int type_class(struct pywalk *w, uint64_t type, uint8_t *out)
+{
+        struct pytasks *t = w->tasks;
+        const struct pylayout *L = &w->L;
+        const struct type_class *c = type_cached(t, type);
+        if (c) {
+                *out = c->cls;
+                return 0;
+        }
+        if (!type)
+                return 1;
+        uint8_t cls = CLS_OTHER;
+        uint64_t cur = type;
+        char first[sizeof(((struct type_class *)0)->name)] = "";
+        for (int depth = 0; cur && depth < MAX_TYPE_BASES; depth++) {
+                uint64_t name_ptr;
+                char name[TP_NAME_MAX + 1] = {0};
+                int rc = memsrc_read(w->m, cur + (uint64_t)L->tp_name, &name_ptr, 8);
+                if (rc == 0 && name_ptr)
+                        rc = memsrc_read(w->m, name_ptr, name, TP_NAME_MAX);
+                if (rc < 0 && !fatal_read(rc) && name_ptr) /* near the end of a mapping */
+                        rc = memsrc_read(w->m, name_ptr, name, 16);
+                if (rc < 0)
+                        return soft(rc);
+                name[TP_NAME_MAX] = 0;
+                if (depth == 0)
+                        snprintf(first, sizeof(first), "%s", name);
+                if (strcmp(name, "_asyncio.Task") == 0) {
+                        cls = CLS_TASK;
+                        break;
+                }
+                if (depth == 0) {
+                        if (strcmp(name, "weakref") == 0 ||
+                            strcmp(name, "weakref.ReferenceType") == 0)
+                                cls = CLS_WEAKREF;
+                        else if (strcmp(name, "coroutine") == 0 || strcmp(name, "generator") == 0)
+                                cls = CLS_CORO;
+                        else if (strcmp(name, "_GatheringFuture") == 0)
+                                cls = CLS_GATHERING;
+                        else if (strcmp(name, "method") == 0)
+                                cls = CLS_METHOD;
+                        else if (strcmp(name, "TaskGroup") == 0)
+                                cls = CLS_TASKGROUP;
+                        if (cls != CLS_OTHER)
+                                break;
+                }
+                rc = memsrc_read(w->m, cur + (uint64_t)L->tp_base, &cur, 8);
+                if (rc < 0)
+                        return soft(rc);
+        }
+        size_t i = t->n_types < TYPE_SLOTS ? t->n_types++ : (size_t)(type >> 4) % TYPE_SLOTS;
+        t->types[i] = (struct type_class){type, cls, ""};
+        memcpy(t->types[i].name, first, sizeof(first));
+        *out = cls;
+        return 0;
+}
+
+/* Find the registry of tasks by name (asyncio.tasks' globals, then the WeakSet's data). */
+static int registry_lookup(struct pywalk *w)
+{
+        struct pytasks *t = w->tasks;
+        const struct pylayout *L = &w->L;
+        const char *names[2] = {L->tasks == PYL_TASKS_ALL ? "_all_tasks" : "_scheduled_tasks",
+                                L->tasks == PYL_TASKS_SCHEDULED ? "_eager_tasks" : NULL};
+        for (int i = 0; i < 2; i++) {
+                uint64_t obj = 0, set = 0;
+                t->registry[i] = 0;
+                if (!names[i])
+                        continue;
+                int rc = pywalk_module_global(w, "asyncio.tasks", names[i], &obj);
+                t->weak[i] = i == 0;
+                if (rc == 0)
+                        rc = t->weak[i] ? pywalk_object_attr(w, obj, "data", &set) : 0;
+                if (rc < 0)
+                        return rc;
+                if (rc == 0)
+                        t->registry[i] = t->weak[i] ? set : obj;
+        }
+        return 0;
+}
+
+/* Add the members of the set at `set` (weakrefs to them when `weak`) to t->found. */
+
+/* Scratch for one batch of reads: n ranges of `each` bytes. */
+static int batch_reserve(struct pytasks *t, size_t n, size_t each)
+{
+        if (n > t->cap_iov) {
+                struct memsrc_iov *iov = realloc(t->iov, n * sizeof(*iov));
+                if (iov)
+                        t->iov = iov;
+                bool *ok = realloc(t->ok, n * sizeof(*ok));
+                if (ok)
+                        t->ok = ok;
+                if (!iov || !ok)
+                        return -ENOMEM;
+                t->cap_iov = n;
+        }
+        if (n * each > t->cap_buf) {
+                uint8_t *b = realloc(t->buf, n * each);
+                if (!b)
+                        return -ENOMEM;
+                t->buf = b;
+                t->cap_buf = n * each;
+        }
+        return 0;
+}
+
+/*
+ * Read t->iov[0, n) in one batch (a few system calls whatever n); when a
+ * range fails, each is read alone. t->ok[i] says which read. Returns 0 or a
+ * fatal read error.
+ */
+static int batch_read(struct pywalk *w, size_t n)
+{
+        struct pytasks *t = w->tasks;
+        int rc = n ? memsrc_readv(w->m, t->iov, n) : 0;
+        for (size_t i = 0; i < n; i++)
+                t->ok[i] = rc == 0;
+        if (rc == 0 || fatal_read(rc))
+                return rc == 0 ? 0 : rc;
+        for (size_t i = 0; i < n; i++) {
+                rc = memsrc_read(w->m, t->iov[i].addr, t->iov[i].buf, t->iov[i].len);
+                if (rc < 0 && fatal_read(rc))
+                        return rc;
+                t->ok[i] = rc == 0;
+        }
+        return 0;
+}
+
+/* The class of the object whose first bytes (its header) are at `obj`. */
+static int header_class(struct pywalk *w, const uint8_t *obj, uint8_t *out)
+{
+        int rc = type_class(w, rd64(obj + w->L.ob_type), out);
+        return rc > 0 ? (*out = CLS_OTHER, 0) : rc;
+}
+
+static int found_push(struct pytasks *t, uint64_t addr)
+{
+        if (t->n_found == t->cap_found) {
+                size_t cap = t->cap_found ? 2 * t->cap_found : 256;
+                uint64_t *p = realloc(t->found, cap * sizeof(*p));
+                if (!p)
+                        return -ENOMEM;
+                t->found = p;
+                t->cap_found = cap;
+        }
+        t->found[t->n_found++] = addr;
+        return 0;
+}
+
+/* Add the members of the set at `set` (weakrefs to them when `weak`) to t->found. */
+static int registry_read(struct pywalk *w, uint64_t set, bool weak)
+{
+        struct pytasks *t = w->tasks;
+        const struct pylayout *L = &w->L;
+        uint64_t mask, table;
+        int rc = memsrc_read(w->m, set + (uint64_t)L->set_mask, &mask, 8);
+        if (rc == 0)
+                rc = memsrc_read(w->m, set + (uint64_t)L->set_table, &table, 8);
+        if (rc < 0)
+                return soft(rc);
+        uint64_t slots = mask + 1;
+        if (!table || slots < 8 || slots > MAX_SET_SLOTS || (slots & mask))
+                return 1;
+        if ((rc = batch_reserve(t, 1, (size_t)slots * 16)) < 0)
+                return rc;
+        rc = memsrc_read(w->m, table, t->buf, (size_t)slots * 16);
+        if (rc < 0)
+                return soft(rc);
+        size_t first = t->n_found;
+        for (uint64_t i = 0; i < slots; i++) {
+                uint64_t key = rd64(t->buf + 16 * i);
+                if (key && (rc = found_push(t, key)) < 0)
+                        return rc;
+        }
+        if (!weak)
+                return 0;
+        /* Each weakref's header and referent in one batch; the set's dummy key drops out. */
+        size_t n = t->n_found - first, each = (size_t)L->wr_object + 8;
+        if ((rc = batch_reserve(t, n, each)) < 0)
+                return rc;
+        for (size_t i = 0; i < n; i++)
+                t->iov[i] = (struct memsrc_iov){t->found[first + i], t->buf + i * each, each};
+        if ((rc = batch_read(w, n)) < 0)
+                return rc;
+        size_t k = first;
+        for (size_t i = 0; i < n; i++) {
+                uint8_t cls;
+                const uint8_t *wr = t->buf + i * each;
+                if (!t->ok[i])
+                        continue;
+                if ((rc = header_class(w, wr, &cls)) < 0)
+                        return rc;
+                if (cls == CLS_WEAKREF && rd64(wr + L->wr_object))
+                        t->found[k++] = rd64(wr + L->wr_object);
+        }
+        t->n_found = k;
+        return 0;
+}
+
+static int loop_thread(struct pywalk *w, uint64_t loop, uint64_t *thread_id)
+{
+        struct pytasks *t = w->tasks;
+        struct loop_thread *e = NULL;
+        for (size_t i = 0; i < t->n_loops && !e; i++)
+                if (t->loops[i].loop == loop)
+                        e = &t->loops[i];
+        if (e && e->checked + LOOP_RECHECK > w->sample_no) {
+                *thread_id = e->thread_id;
+                return 0;
+        }
+        if (!e) {
+                e = &t->loops[t->n_loops < MAX_LOOPS ? t->n_loops++
+                                                     : (size_t)(loop >> 4) % MAX_LOOPS];
+                e->loop = loop;
+        }
+        uint64_t obj, id = 0;
+        int rc = pywalk_object_attr(w, loop, "_thread_id", &obj);
+        if (rc == 0 && pywalk_int_read(w, obj, &id) != 0)
+                id = 0; /* None: the loop is not running */
+        if (rc < 0)
+                return rc;
+        e->thread_id = id;
+        e->checked = w->sample_no;
+        *thread_id = id;
+        return 0;
+}
+
+static size_t name_slot(uint64_t task, uint64_t obj, size_t cap)
+{
+        return (size_t)((task * 0x9e3779b97f4a7c15ull ^ obj) >> 7) & (cap - 1);
+}
+
+/* The pseudo code naming task `task` whose name object is `obj` (str, or 3.12+'s counter). */
+static int task_name(struct pywalk *w, uint64_t task, uint64_t obj, const struct pywalk_code **out)
+{
+        struct pytasks *t = w->tasks;
+        if (t->names_n >= NAME_CACHE_MAX)
+                names_clear(t); /* ids are never reused: the sampler's caches stay right */
+        if (2 * (t->names_n + 1) > t->names_cap) {
+                size_t cap = t->names_cap ? 2 * t->names_cap : 1024;
+                struct name_entry *v = calloc(cap, sizeof(*v));
+                if (!v)
+                        return -ENOMEM;
+                for (size_t i = 0; i < t->names_cap; i++) {
+                        if (!t->names[i].code)
+                                continue;
+                        size_t j = name_slot(t->names[i].task, t->names[i].obj, cap);
+                        while (v[j].code)
+                                j = (j + 1) & (cap - 1);
+                        v[j] = t->names[i];
+                }
+                free(t->names);
+                t->names = v;
+                t->names_cap = cap;
+        }
+        size_t j = name_slot(task, obj, t->names_cap);
+        for (; t->names[j].code; j = (j + 1) & (t->names_cap - 1)) {
+                if (t->names[j].task == task && t->names[j].obj == obj) {
+                        *out = t->names[j].code;
+                        return 0;
+                }
+        }
+        char *name = NULL;
+        uint64_t counter;
+        int rc = obj ? pywalk_str_read(w, obj, &name) : 1;
+        if (rc == 1 && obj && pywalk_int_read(w, obj, &counter) == 0) {
+                char buf[32];
+                snprintf(buf, sizeof(buf), "Task-%llu", (unsigned long long)counter);
+                name = strdup(buf);
+                rc = name ? 0 : -ENOMEM;
+        }
+        if (rc == 1) { /* 3.7: tasks have no names; or one we cannot read */
+                name = strdup("Task");
+                rc = name ? 0 : -ENOMEM;
+        }
+        if (rc < 0)
+                return rc;
+        struct pywalk_code *c = calloc(1, sizeof(*c));
+        if (!c) {
+                free(name);
+                return -ENOMEM;
+        }
+        *c = (struct pywalk_code){.id = ++w->next_id,
+                                  .name = name,
+                                  .qualname = NULL,
+                                  .file = "<task>",
+                                  .first_line = -1,
+                                  .task = true};
+        t->names[j] = (struct name_entry){task, obj, c};
+        t->names_n++;
+        *out = c;
+        return 0;
+}
+
+static uint32_t task_index(const struct pytasks *t, uint64_t addr)
+{
+        size_t lo = 0, hi = t->n;
+        while (lo < hi) {
+                size_t mid = (lo + hi) / 2;
+                if (t->v[mid].addr < addr)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return lo < t->n && t->v[lo].addr == addr ? (uint32_t)lo + 1 : 0;
+}
+
+static int addr_cmp(const void *a, const void *b)
+{
+        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+        return x < y ? -1 : x > y;
+}
+
+/* Who awaits whom: awaited tasks, gather's children, TaskGroup members. */
+
+/* A frame of task `task`'s chain at await level `level` (sorted into chains at the end). */
+static int frame_push(struct pytasks *t, uint32_t task, uint32_t level,
+                      const struct pywalk_frame *f)
+{
+        if (t->n_cf == t->cap_cf) {
+                size_t cap = t->cap_cf ? 2 * t->cap_cf : 1024;
+                struct chain_frame *p = realloc(t->cf, cap * sizeof(*p));
+                if (!p)
+                        return -ENOMEM;
+                t->cf = p;
+                t->cap_cf = cap;
+        }
+        t->cf[t->n_cf++] = (struct chain_frame){task, level, *f};
+        return 0;
+}
+
+/*
+ * Follow every task's await chain from its coroutine (t->cur), one level
+ * for all tasks at a time: each level is a batch of coroutine reads (3.11+:
+ * the coroutine with its embedded frame; <=3.10: the coroutine, then a batch
+ * of its frames) and a batch of value-stack tops, what each awaits.
+ */
+static int await_chains(struct pywalk *w)
+{
+        struct pytasks *t = w->tasks;
+        const struct pylayout *L = &w->L;
+        bool embedded = L->await == PYL_AWAIT_LOCALSPLUS;
+        size_t need = L->fr_read;
+        if (embedded && (size_t)L->fr_stacktop + 4 > need)
+                need = (size_t)L->fr_stacktop + 4;
+        for (size_t i = 0; !embedded && i < 2; i++) {
+                int32_t end = (i ? L->fr_valuestack : L->fr_stacktop) + 8;
+                if ((size_t)end > need)
+                        need = (size_t)end;
+        }
+        size_t head = embedded
+                          ? (size_t)L->gen_iframe + need
+                          : (size_t)(L->gen_frame > L->ob_type ? L->gen_frame : L->ob_type) + 8;
+        int rc = 0;
+        for (uint32_t level = 0; level < MAX_AWAIT_DEPTH && rc == 0; level++) {
+                size_t n = 0;
+                for (size_t i = 0; i < t->n; i++)
+                        if (t->cur[i])
+                                t->active[n++] = (uint32_t)i;
+                if (!n)
+                        break;
+                if ((rc = batch_reserve(t, n, head > need ? head : need)) < 0)
+                        return rc;
+                for (size_t k = 0; k < n; k++)
+                        t->iov[k] =
+                            (struct memsrc_iov){t->cur[t->active[k]], t->buf + k * head, head};
+                if ((rc = batch_read(w, n)) < 0)
+                        return rc;
+                /* The frame of each: inside the coroutine (3.11+), else where gi_frame points. */
+                for (size_t k = 0; k < n; k++) {
+                        uint32_t i = t->active[k];
+                        const uint8_t *co = t->buf + k * head;
+                        uint8_t cls = CLS_OTHER;
+                        if (t->ok[k] && (rc = header_class(w, co, &cls)) < 0)
+                                return rc;
+                        t->frame[i] = 0;
+                        if (cls != CLS_CORO)
+                                continue;
+                        if (embedded) {
+                                int8_t state = (int8_t)co[L->gen_frame_state];
+                                if (state > 0)
+                                        continue; /* completed or cleared */
+                                t->frame[i] = t->cur[i] + (uint64_t)L->gen_iframe;
+                                t->state[i] = state;
+                        } else {
+                                t->frame[i] = rd64(co + L->gen_frame);
+                        }
+                }
+                uint8_t *frames = t->buf; /* 3.11+: the frames are in the coroutines read */
+                size_t stride = head, off = embedded ? (size_t)L->gen_iframe : 0;
+                if (!embedded) {
+                        for (size_t k = 0; k < n; k++) {
+                                uint32_t i = t->active[k];
+                                t->iov[k] = (struct memsrc_iov){t->frame[i], t->buf + k * need,
+                                                                t->frame[i] ? need : 0};
+                        }
+                        if ((rc = batch_read(w, n)) < 0)
+                                return rc;
+                        stride = need;
+                }
+                for (size_t k = 0; k < n; k++) {
+                        uint32_t i = t->active[k];
+                        const uint8_t *fr = frames + k * stride + off;
+                        uint64_t slot = 0;
+                        t->cur[i] = 0;
+                        if (!t->frame[i] || (!embedded && !t->ok[k]))
+                                continue;
+                        bool running, follow;
+                        if (embedded) {
+                                running = t->state[i] == 0;
+                                /* Suspended (-1; 3.13: in an await): what it awaits is on top. */
+                                follow = t->state[i] == -1;
+                                int32_t top = rd32(fr + L->fr_stacktop);
+                                if (follow && top > 0 && top < MAX_VALUE_STACK)
+                                        slot = t->frame[i] + (uint64_t)L->fr_valuestack +
+                                               8 * (uint64_t)(top - 1);
+                        } else {
+                                uint8_t st = fr[L->fr_state];
+                                running = L->fr_state_kind == PYL_FRSTATE_EXECUTING
+                                              ? st != 0
+                                              : st == 0 || st == 2;
+                                uint64_t f0 = t->frame[i];
+                                if (!running && L->await == PYL_AWAIT_STACKTOP) {
+                                        uint64_t sp = rd64(fr + L->fr_stacktop);
+                                        if (sp > f0 + 8 && sp - f0 < 8 * (uint64_t)MAX_VALUE_STACK)
+                                                slot = sp - 8;
+                                } else if (!running) {
+                                        int32_t depth = rd32(fr + L->fr_stacktop);
+                                        uint64_t vs = rd64(fr + L->fr_valuestack);
+                                        if (vs && depth > 0 && depth < MAX_VALUE_STACK)
+                                                slot = vs + 8 * (uint64_t)(depth - 1);
+                                }
+                        }
+                        struct pywalk_frame f;
+                        rc = pywalk_frame_decode(w, fr, &f);
+                        if (rc < 0 && fatal_read(rc))
+                                return rc;
+                        if (rc == 0) {
+                                if (level == 0)
+                                        t->v[i].root = f.code;
+                                if ((rc = frame_push(t, i, level, &f)) < 0)
+                                        return rc;
+                        }
+                        rc = 0;
+                        if (running)
+                                t->v[i].running = true;
+                        else
+                                t->cur[i] = slot; /* the slot's address, for now */
+                }
+                /* What each awaits: the value on top of its stack. */
+                size_t m = 0;
+                for (size_t k = 0; k < n; k++) {
+                        uint32_t i = t->active[k];
+                        if (t->cur[i])
+                                t->active[m++] = i;
+                }
+                if ((rc = batch_reserve(t, m, 8)) < 0)
+                        return rc;
+                for (size_t k = 0; k < m; k++)
+                        t->iov[k] = (struct memsrc_iov){t->cur[t->active[k]], t->buf + 8 * k, 8};
+                if ((rc = batch_read(w, m)) < 0)
+                        return rc;
+                for (size_t k = 0; k < m; k++)
+                        t->cur[t->active[k]] = t->ok[k] ? rd64(t->buf + 8 * k) : 0;
+        }
+        return rc;
+}
+
+/* Who awaits whom: awaited tasks, gather's children, TaskGroup members. */
+static int link_parents(struct pywalk *w)
+{
+        struct pytasks *t = w->tasks;
+        const struct pylayout *L = &w->L;
+        /* The types of every awaited future and first done callback, in one batch. */
+        size_t each = (size_t)L->ob_type + 8;
+        int rc = batch_reserve(t, 2 * t->n, each);
+        if (rc < 0)
+                return rc;
+        for (size_t i = 0; i < t->n; i++) {
+                t->iov[2 * i] = (struct memsrc_iov){t->waiter[i], t->buf + 2 * i * each,
+                                                    t->waiter[i] ? each : 0};
+                t->iov[2 * i + 1] = (struct memsrc_iov){t->callback[i], t->buf + (2 * i + 1) * each,
+                                                        t->callback[i] ? each : 0};
+        }
+        if ((rc = batch_read(w, 2 * t->n)) < 0)
+                return rc;
+        for (size_t i = 0; i < t->n; i++) {
+                uint8_t wcls = CLS_OTHER, ccls = CLS_OTHER;
+                if (t->waiter[i] && t->ok[2 * i] &&
+                    (rc = header_class(w, t->buf + 2 * i * each, &wcls)) < 0)
+                        return rc;
+                if (t->callback[i] && t->ok[2 * i + 1] &&
+                    (rc = header_class(w, t->buf + (2 * i + 1) * each, &ccls)) < 0)
+                        return rc;
+                t->cls[i] = (uint8_t)(wcls << 4 | ccls);
+                const struct type_class *c =
+                    t->waiter[i] && t->ok[2 * i]
+                        ? type_cached(t, rd64(t->buf + 2 * i * each + L->ob_type))
+                        : NULL;
+                if (c)
+                        memcpy(t->v[i].awaiting, c->name, sizeof(c->name));
+        }
+        for (size_t i = 0; i < t->n; i++) {
+                uint8_t wcls = t->cls[i] >> 4, ccls = t->cls[i] & 15;
+                if (wcls == CLS_TASK) {
+                        uint32_t c = task_index(t, t->waiter[i]);
+                        if (c && c != i + 1) {
+                                t->v[c - 1].parent = (uint32_t)i + 1;
+                                t->v[i].awaits = c;
+                        }
+                } else if (wcls == CLS_GATHERING) {
+                        uint64_t list, n, items;
+                        rc = pywalk_object_attr(w, t->waiter[i], "_children", &list);
+                        if (rc == 0)
+                                rc = memsrc_read(w->m, list + (uint64_t)L->ob_size, &n, 8);
+                        if (rc == 0)
+                                rc = memsrc_read(w->m, list + (uint64_t)L->list_items, &items, 8);
+                        if (rc == 0 && n > MAX_GATHER)
+                                n = MAX_GATHER;
+                        for (uint64_t k = 0; rc == 0 && items && k < n; k++) {
+                                uint64_t child;
+                                rc = memsrc_read(w->m, items + 8 * k, &child, 8);
+                                uint32_t c = rc == 0 ? task_index(t, child) : 0;
+                                if (c && c != i + 1)
+                                        t->v[c - 1].parent = (uint32_t)i + 1;
+                        }
+                        if (rc < 0 && fatal_read(rc))
+                                return rc;
+                }
+                /* A TaskGroup's task: its first done callback is the group's _on_task_done. */
+                if (ccls == CLS_METHOD && !t->v[i].parent) {
+                        uint64_t self, type, parent;
+                        uint8_t cls;
+                        rc = memsrc_read(w->m, t->callback[i] + (uint64_t)L->meth_self, &self, 8);
+                        if (rc == 0)
+                                rc = memsrc_read(w->m, self + (uint64_t)L->ob_type, &type, 8);
+                        if (rc == 0)
+                                rc = type_class(w, type, &cls);
+                        if (rc == 0 && cls == CLS_TASKGROUP)
+                                rc = pywalk_object_attr(w, self, "_parent_task", &parent);
+                        else if (rc == 0)
+                                rc = 1;
+                        uint32_t p = rc == 0 ? task_index(t, parent) : 0;
+                        if (p && p != i + 1)
+                                t->v[i].parent = p;
+                        if (rc < 0 && fatal_read(rc))
+                                return rc;
+                }
+        }
+        /* A cycle (the target changed under us) would make a chain endless: cut it. */
+        for (size_t i = 0; i < t->n; i++) {
+                uint32_t p = t->v[i].parent;
+                for (size_t steps = 0; p && steps <= t->n; steps++) {
+                        if (p == i + 1) {
+                                t->v[i].parent = 0;
+                                break;
+                        }
+                        p = t->v[p - 1].parent;
+                }
+        }
+        return 0;
+}
+
+/* Room for n tasks in every per-task array. */
+static int tasks_reserve(struct pytasks *t, size_t n)
+{
+        if (n <= t->cap)
+                return 0;
+        struct pywalk_task *v = realloc(t->v, n * sizeof(*v));
+        if (v)
+                t->v = v;
+        uint64_t **arrays[] = {&t->waiter, &t->callback, &t->cur, &t->frame};
+        bool ok = v != NULL;
+        for (size_t a = 0; a < sizeof(arrays) / sizeof(arrays[0]); a++) {
+                uint64_t *p = realloc(*arrays[a], n * sizeof(*p));
+                if (p)
+                        *arrays[a] = p;
+                ok &= p != NULL;
+        }
+        uint32_t *act = realloc(t->active, n * sizeof(*act));
+        if (act)
+                t->active = act;
+        int8_t *st = realloc(t->state, n);
+        if (st)
+                t->state = st;
+        uint8_t *cls = realloc(t->cls, n);
+        if (cls)
+                t->cls = cls;
+        size_t *at = realloc(t->chain_at, (n + 1) * sizeof(*at));
+        if (at)
+                t->chain_at = at;
+        if (!ok || !act || !st || !cls || !at)
+                return -ENOMEM;
+        t->cap = n;
+        return 0;
+}
+
+int pytasks_walk(struct pywalk *w)
+{
+        struct pytasks *t = w->tasks;
+        const struct pylayout *L = &w->L;
+        t->n = t->n_found = t->n_cf = t->n_frames = 0;
+        int rc = 0;
+        if (w->sample_no >= t->registry_due) {
+                rc = registry_lookup(w);
+                if (rc < 0)
+                        return rc;
+                /* Look again soon while asyncio is not imported yet. */
+                t->registry_due = w->sample_no + (t->registry[0] ? REGISTRY_RECHECK : 64);
+        }
+        for (int i = 0; i < 2; i++) {
+                if (!t->registry[i])
+                        continue;
+                rc = registry_read(w, t->registry[i], t->weak[i]);
+                if (rc < 0)
+                        return rc;
+                if (rc)
+                        t->registry_due = 0; /* moved or gone: look it up again */
+        }
+        qsort(t->found, t->n_found, sizeof(*t->found), addr_cmp);
+        size_t k = 0;
+        for (size_t i = 0; i < t->n_found && k < PYWALK_MAX_TASKS; i++)
+                if (!k || t->found[i] != t->found[k - 1])
+                        t->found[k++] = t->found[i];
+        t->n_found = k;
+        /* Every candidate's Task struct in one batch. */
+        size_t each = (size_t)L->task_size;
+        if ((rc = tasks_reserve(t, t->n_found)) < 0 ||
+            (rc = batch_reserve(t, t->n_found, each)) < 0)
+                return rc;
+        for (size_t i = 0; i < t->n_found; i++)
+                t->iov[i] = (struct memsrc_iov){t->found[i], t->buf + i * each, each};
+        if ((rc = batch_read(w, t->n_found)) < 0)
+                return rc;
+        for (size_t i = 0; i < t->n_found; i++) {
+                const uint8_t *p = t->buf + i * each;
+                uint8_t cls;
+                if (!t->ok[i])
+                        continue;
+                if ((rc = header_class(w, p, &cls)) < 0)
+                        return rc;
+                if (cls != CLS_TASK || rd32(p + L->fut_state) != 0) /* not a task, or done */
+                        continue;
+                struct pywalk_task *tk = &t->v[t->n];
+                *tk = (struct pywalk_task){.addr = t->found[i]};
+                t->waiter[t->n] = rd64(p + L->task_fut_waiter);
+                t->callback[t->n] = rd64(p + L->fut_callback0);
+                t->cur[t->n] = rd64(p + L->task_coro);
+                /* The loop's fut_loop and the name: kept here, read below (they read). */
+                t->frame[t->n] = rd64(p + L->fut_loop);
+                t->chain_at[t->n] = L->task_name >= 0 ? rd64(p + L->task_name) : 0;
+                t->n++;
+        }
+        for (size_t i = 0; i < t->n; i++) {
+                if ((rc = loop_thread(w, t->frame[i], &t->v[i].thread_id)) < 0)
+                        return rc;
+                if ((rc = task_name(w, t->v[i].addr, t->chain_at[i], &t->v[i].name)) < 0)
+                        return rc;
+        }
+        if ((rc = await_chains(w)) < 0)
+                return rc;
+        /* The chains' frames, task by task, innermost first (as a thread's). */
+        if (t->n_cf > t->cap_frames) {
+                struct pywalk_frame *f = realloc(t->frames, t->n_cf * sizeof(*f));
+                if (!f)
+                        return -ENOMEM;
+                t->frames = f;
+                t->cap_frames = t->n_cf;
+        }
+        memset(t->chain_at, 0, (t->n + 1) * sizeof(*t->chain_at));
+        for (size_t i = 0; i < t->n_cf; i++)
+                t->chain_at[t->cf[i].task + 1]++;
+        for (size_t i = 0; i < t->n; i++) {
+                t->chain_at[i + 1] += t->chain_at[i];
+                t->v[i].frames = t->frames + t->chain_at[i];
+                t->v[i].depth = (uint32_t)(t->chain_at[i + 1] - t->chain_at[i]);
+        }
+        /* Levels were pushed in order: the deepest goes first. */
+        for (size_t i = 0; i < t->n_cf; i++) {
+                struct pywalk_task *tk = &t->v[t->cf[i].task];
+                tk->frames[tk->depth - 1 - t->cf[i].level] = t->cf[i].f;
+        }
+        t->n_frames = t->n_cf;
+        rc = link_parents(w);
+        return rc < 0 && (fatal_read(rc) || rc == -ENOMEM) ? rc : 0;
+}
