@@ -51,6 +51,8 @@ struct rframe {
         uint32_t function, qualname, file; /* string ids; qualname 0: none */
         int32_t line, first_line;
         enum trace_frame_kind kind;
+        uint32_t module; /* string id; 0: none */
+        uint64_t offset;
 };
 
 struct rthread {
@@ -548,11 +550,15 @@ static int load_frames(struct trace_reader *r)
 {
         uint32_t n;
         sqlite3_stmt *st;
+        bool native; /* module and module_offset: absent before format 2 */
         int rc = count_rows(r, "frames", &n);
-        if (rc < 0 || (rc = prepare(r,
-                                    "SELECT id, function, qualname, file, line, first_line, kind "
-                                    "FROM frames ORDER BY id",
-                                    &st, "frames")) < 0)
+        if (rc < 0 || (rc = schema_has(r, "frames", "module", &native)) < 0 ||
+            (rc = prepare(r,
+                          native ? "SELECT id, function, qualname, file, line, first_line, kind, "
+                                   "module, module_offset FROM frames ORDER BY id"
+                                 : "SELECT id, function, qualname, file, line, first_line, kind, "
+                                   "NULL, NULL FROM frames ORDER BY id",
+                          &st, "frames")) < 0)
                 return rc;
         r->frames = calloc((size_t)n + 1, sizeof(*r->frames));
         if (!r->frames) {
@@ -562,7 +568,7 @@ static int load_frames(struct trace_reader *r)
         uint32_t i = 0;
         int64_t ns = r->n_strings;
         while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-                int64_t id, fn, qn, file, line, first, kind;
+                int64_t id, fn, qn, file, line, first, kind, module, offset;
                 if (i >= n || !col_int(st, 0, i + 1, i + 1, &id)) {
                         sqlite3_finalize(st);
                         return corrupt(r, "frame ids are not 1, 2, 3...");
@@ -571,14 +577,19 @@ static int load_frames(struct trace_reader *r)
                     !col_int(st, 3, 1, ns, &file) ||
                     !col_int_or_null(st, 4, 0, INT32_MAX, -1, &line) ||
                     !col_int_or_null(st, 5, 0, INT32_MAX, -1, &first) ||
-                    !col_int(st, 6, TRACE_FRAME_PYTHON, TRACE_FRAME_SPECIAL, &kind)) {
+                    !col_int(st, 6, TRACE_FRAME_PYTHON, TRACE_FRAME_SPECIAL, &kind) ||
+                    !col_int_or_null(st, 7, 1, ns, 0, &module) ||
+                    !col_int_or_null(st, 8, 0, INT64_MAX, 0, &offset) ||
+                    (module && kind != TRACE_FRAME_NATIVE)) {
                         sqlite3_finalize(st);
-                        return corrupt(r, "frame %u has a bad string id, line or kind", i + 1);
+                        return corrupt(r, "frame %u has a bad string id, line, kind or module",
+                                       i + 1);
                 }
                 i++;
                 r->frames[i] =
-                    (struct rframe){(uint32_t)fn,  (uint32_t)qn,   (uint32_t)file,
-                                    (int32_t)line, (int32_t)first, (enum trace_frame_kind)kind};
+                    (struct rframe){(uint32_t)fn,     (uint32_t)qn,    (uint32_t)file,
+                                    (int32_t)line,    (int32_t)first,  (enum trace_frame_kind)kind,
+                                    (uint32_t)module, (uint64_t)offset};
         }
         if ((rc = end_rows(r, st, rc, "reading frames")) < 0)
                 return rc;
@@ -1262,6 +1273,21 @@ TRACE_API int trace_reader_frame(const struct trace_reader *r, uint32_t frame_id
         out->line = f->line;
         out->first_line = f->first_line;
         out->kind = f->kind;
+        return 0;
+}
+
+TRACE_API int trace_reader_frame_module(const struct trace_reader *r, uint32_t frame_id,
+                                        const char **module, uint64_t *offset)
+{
+        if (!r || frame_id == 0 || frame_id > r->n_frames)
+                return TRACE_ERR_ARG;
+        const struct rframe *f = &r->frames[frame_id];
+        if (!f->module)
+                return 1;
+        if (module)
+                *module = r->strings[f->module];
+        if (offset)
+                *offset = f->offset;
         return 0;
 }
 
