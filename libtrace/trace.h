@@ -66,7 +66,7 @@ enum trace_frame_kind {
 #define TRACE_STACK_EMPTY 0u
 
 /* Current format version written by this library (PRAGMA user_version). */
-#define TRACE_FORMAT_VERSION 1
+#define TRACE_FORMAT_VERSION 2
 
 /*
  * Well-known meta keys (schema/trace.sql describes each). The writer sets

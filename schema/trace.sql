@@ -1,4 +1,4 @@
--- trace.sql - the pyflame trace file format, format version 1.
+-- trace.sql - the pyflame trace file format, format version 2.
 --
 -- This comment is the specification; the statements below it create an
 -- empty trace. libtrace embeds this file and runs it when it creates a trace
@@ -8,7 +8,7 @@
 -- (never WAL), so a finished trace is a single self-contained file that can
 -- be copied. It is stamped in the SQLite header:
 --   PRAGMA application_id = 1348027986  (0x50594652, ASCII "PYFR")
---   PRAGMA user_version   = 1           (TRACE_FORMAT_VERSION in trace.h)
+--   PRAGMA user_version   = 2           (TRACE_FORMAT_VERSION in trace.h)
 -- Readers refuse a file with another application_id (not a trace) and a file
 -- whose user_version is higher than the newest they know (written by a newer
 -- pyflame). Any change a reader of version N could misread bumps the version.
@@ -19,6 +19,10 @@
 -- files without them as single recordings. So did the sources table (and
 -- source_encodings): a reader that does not know it shows no stored source,
 -- and readers take a file without it as one that stores none.
+-- Version 2 added native frames (frames.module and frames.module_offset,
+-- error kind 4): a version-1 reader would show them without the binary
+-- they belong to. Readers of version 2 read version-1 files (no native
+-- frames, no such columns).
 --
 -- Units and conventions
 --   *_ns columns are nanoseconds. Sample, chunk, thread and process times are
@@ -212,7 +216,7 @@ PRAGMA page_size = 4096;
 BEGIN;
 
 PRAGMA application_id = 1348027986;
-PRAGMA user_version = 1;
+PRAGMA user_version = 2;
 
 CREATE TABLE meta (
         key TEXT PRIMARY KEY NOT NULL,

@@ -663,7 +663,7 @@ def test_cli(r, label, py, mode):
             outs.append((os.path.basename(cmd), v.returncode, v.stdout))
         lines = [o[2].splitlines() for o in outs]
         ok = all(rc == 0 and len(ls) == 3 and ls[0].startswith(name + " ") and
-                 ls[1] == "trace format 1" and ls[2] == lines[0][2]
+                 ls[1] == "trace format 2" and ls[2] == lines[0][2]
                  for (name, rc, _), ls in zip(outs, lines))
         listed = lines[0][2] if ok else ""
         m = re.match(r"CPython 2\.7 and 3\.(\d+) to 3\.(\d+)$", listed)

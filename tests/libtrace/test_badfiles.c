@@ -129,9 +129,9 @@ static void test_too_new(void **state)
 {
         struct fixture *f = *state;
         tu_copy_file(f->ref_path, f->path);
-        assert_int_equal(tu_sql(f->path, "PRAGMA user_version = 2"), SQLITE_OK);
+        assert_int_equal(tu_sql(f->path, "PRAGMA user_version = 3"), SQLITE_OK);
         expect_open(f->path, TRACE_ERR_TOO_NEW,
-                    "written by a newer pyflame (format 2, this reads up to 1)");
+                    "written by a newer pyflame (format 3, this reads up to 2)");
         assert_int_equal(tu_sql(f->path, "PRAGMA user_version = 0"), SQLITE_OK);
         expect_open(f->path, TRACE_ERR_CORRUPT, "format version");
 }

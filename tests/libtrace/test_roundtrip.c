@@ -71,7 +71,7 @@ static void test_summary_and_meta(void **state)
 
         assert_string_equal(trace_reader_meta(f->r, TRACE_META_MODE), "nonblocking");
         assert_string_equal(trace_reader_meta(f->r, "answer"), "42");
-        assert_string_equal(trace_reader_meta(f->r, TRACE_META_FORMAT_VERSION), "1");
+        assert_string_equal(trace_reader_meta(f->r, TRACE_META_FORMAT_VERSION), "2");
         assert_string_equal(trace_reader_meta(f->r, TRACE_META_TOOL_VERSION), pf_version());
         assert_string_equal(trace_reader_meta(f->r, TRACE_META_SAMPLES), "3000");
         assert_string_equal(trace_reader_meta(f->r, TRACE_META_ERRORS), "10");
