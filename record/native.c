@@ -127,6 +127,33 @@ bool native_is_plumbing(const char *name)
         return false;
 }
 
+int native_merge(const struct native_sym *const *nat, size_t n_nat, const struct pywalk_frame *py,
+                 size_t n_py, unsigned flags, struct native_merged *out, size_t cap)
+{
+        size_t p = 0, n = 0;
+        for (size_t i = 0; i < n_nat; i++) {
+                const struct native_sym *s = nat[i];
+                if (s->flags & NATIVE_SYM_EVAL) {
+                        if (p >= n_py)
+                                return -EPIPE; /* more eval calls than Python ran */
+                        do {
+                                if (n == cap)
+                                        return -E2BIG;
+                                out[n++] = (struct native_merged){NULL, &py[p]};
+                        } while (!py[p++].entry && p < n_py);
+                        if (!py[p - 1].entry)
+                                return -EPIPE;
+                        continue;
+                }
+                if ((s->flags & NATIVE_SYM_PLUMBING) && !(flags & NATIVE_MERGE_KEEP_PLUMBING))
+                        continue;
+                if (n == cap)
+                        return -E2BIG;
+                out[n++] = (struct native_merged){s, NULL};
+        }
+        return p == n_py ? (int)n : -EPIPE;
+}
+
 #ifdef PYFLAME_HAVE_LIBDW
 
 /* One thread's capture: registers in DWARF order and where its stack copy is. */

@@ -29,6 +29,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "pywalk.h"
+
 #define NATIVE_MAX_DEPTH 512
 
 /* What a named address is to the merger (a bit set). */
@@ -104,6 +106,29 @@ struct native_stats {
         uint64_t refreshes;     /* mappings read again (a library was loaded) */
 };
 void native_get_stats(const struct native *n, struct native_stats *st);
+
+/* One frame of a merged stack: a native frame (sym) or a Python one (py). */
+struct native_merged {
+        const struct native_sym *sym; /* NULL for a Python frame */
+        const struct pywalk_frame *py;
+};
+
+#define NATIVE_MERGE_KEEP_PLUMBING 0x1u /* keep NATIVE_SYM_PLUMBING frames */
+
+/*
+ * Merge a native stack (nat[0..n_nat), leaf first) with the Python stack of
+ * the same thread at the same instant (py[0..n_py), leaf first): each eval
+ * loop frame of the native stack is replaced by the Python frames it was
+ * running, from the next one up to the next frame marked `entry`
+ * (pywalk.h), and plumbing is dropped unless `flags` keeps it. Writes the
+ * merged stack, leaf first, into out[0..cap) and returns its depth; returns
+ * -EPIPE when the two do not fit together (an eval frame with no Python
+ * frames left, a run of Python frames that does not end at an entry frame,
+ * Python frames left over), or -E2BIG when out is too small. Nothing is
+ * guessed: a stack that does not match is not merged.
+ */
+int native_merge(const struct native_sym *const *nat, size_t n_nat, const struct pywalk_frame *py,
+                 size_t n_py, unsigned flags, struct native_merged *out, size_t cap);
 
 /*
  * Whether the function named `name` is interpreter call machinery that a

@@ -35,6 +35,8 @@ struct sampler_stats {
         uint64_t reads;            /* memory reads issued by the walker */
         uint64_t proc_state_reads; /* on-CPU states read from /proc, not from switches */
         uint64_t cache_resets;     /* frame and stack caches started afresh (bounded) */
+        uint64_t native_samples;   /* thread samples with a native stack merged in */
+        uint64_t unmatched;        /* thread samples dropped: native and Python did not match */
 };
 
 /*
@@ -69,6 +71,13 @@ struct capture;
  * read. NULL stops it; ignored in blocking mode. `c` must outlive s.
  */
 void sampler_set_capture(struct sampler *s, struct capture *c);
+
+/*
+ * Record native stacks merged with the Python ones (native.h): a blocking
+ * sampler only. `flags` are NATIVE_MERGE_* (native.h). Returns 0, or a
+ * negative errno with the message in err (-ENOTSUP: built without libdw).
+ */
+int sampler_set_native(struct sampler *s, unsigned flags, char *err, size_t errlen);
 
 struct sources;
 
