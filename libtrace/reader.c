@@ -117,6 +117,15 @@ struct trace_reader {
 
         uint32_t *stack_parent, *stack_frame, *stack_depth; /* ids 0..n_stacks-1 */
         uint32_t n_stacks;
+        /*
+         * trace_reader_set_native_view(): the file's stacks are ids below
+         * n_file_stacks, and samples in stack s are reported in canon[s]
+         * (NULL: in s), a stack of the view, appended after them when new.
+         */
+        uint32_t n_file_stacks;
+        uint32_t *canon;
+        bool view_set;
+        enum trace_native_view view;
 
         struct rthread *threads; /* refs 1..n_threads */
         uint32_t n_threads;
@@ -653,6 +662,7 @@ static int load_stacks(struct trace_reader *r)
         if (i != n)
                 return corrupt(r, "stack table changed while reading");
         r->n_stacks = n;
+        r->n_file_stacks = n;
         return 0;
 }
 
@@ -1153,6 +1163,7 @@ TRACE_API void trace_reader_close(struct trace_reader *r)
         free(r->frames);
         free(r->stack_parent);
         free(r->stack_frame);
+        free(r->canon);
         free(r->stack_depth);
         for (uint32_t i = 1; r->threads && i <= r->n_threads; i++)
                 free(r->threads[i].name);
@@ -1631,8 +1642,8 @@ static int scan(struct trace_reader *r, const struct trace_filter *f, struct sin
                 }
                 struct chunk_cursor c = {0};
                 const char *why = NULL;
-                int d =
-                    chunk_cursor_init(&c, blob, (size_t)len, first, last, count, r->n_stacks, &why);
+                int d = chunk_cursor_init(&c, blob, (size_t)len, first, last, count,
+                                          r->n_file_stacks, &why);
                 bool whole = first >= from && last < to && !require && !exclude;
                 struct trace_sample s = {.thread = (uint32_t)thread};
                 while (d == 0) {
@@ -1643,13 +1654,15 @@ static int scan(struct trace_reader *r, const struct trace_filter *f, struct sin
                         if (!whole && (c.t_ns < from || c.t_ns >= to ||
                                        (c.state & require) != require || (c.state & exclude)))
                                 continue;
+                        /* (Not into c.stack: the cursor repeats it for "same" records.) */
+                        uint32_t stack = r->canon ? r->canon[c.stack] : c.stack;
                         if (sink->counts) {
-                                sink->counts[c.stack]++;
+                                sink->counts[stack]++;
                                 sink->total++;
                                 continue;
                         }
                         s.t_ns = c.t_ns;
-                        s.stack = c.stack;
+                        s.stack = stack;
                         s.state = c.state;
                         int stop = sink->fn(sink->ctx, &s);
                         if (stop) {
@@ -1666,6 +1679,144 @@ static int scan(struct trace_reader *r, const struct trace_filter *f, struct sin
         sqlite3_finalize(st);
         free(want);
         return status;
+}
+
+/* (parent, frame) -> stack of the view, open addressing. */
+struct view_map {
+        uint64_t *keys; /* parent << 32 | frame; frame 0 never used: 0 is empty */
+        uint32_t *vals;
+        size_t cap;
+};
+
+static uint32_t *view_slot(struct view_map *m, uint64_t key)
+{
+        size_t j = pf_hash_u64(0, key) & (m->cap - 1);
+        while (m->keys[j] && m->keys[j] != key)
+                j = (j + 1) & (m->cap - 1);
+        m->keys[j] = key;
+        return &m->vals[j];
+}
+
+static int grow_u32(uint32_t **p, size_t n)
+{
+        uint32_t *q = realloc(*p, n * sizeof(**p));
+        if (!q)
+                return -1;
+        *p = q;
+        return 0;
+}
+
+/* The frame standing for module string `module` in the view (appended once). */
+static int module_frame(struct trace_reader *r, uint32_t module, uint32_t *by_module, uint32_t *out)
+{
+        if (by_module[module]) {
+                *out = by_module[module];
+                return 0;
+        }
+        const char *path = r->strings[module];
+        const char *base = strrchr(path, '/');
+        const char **strings = realloc(r->strings, ((size_t)r->n_strings + 2) * sizeof(*strings));
+        if (!strings)
+                return fail_nomem(r);
+        r->strings = strings;
+        r->strings[++r->n_strings] = base ? base + 1 : path;
+        struct rframe *frames = realloc(r->frames, ((size_t)r->n_frames + 2) * sizeof(*frames));
+        if (!frames)
+                return fail_nomem(r);
+        r->frames = frames;
+        r->frames[++r->n_frames] =
+            (struct rframe){r->n_strings, 0, module, -1, -1, TRACE_FRAME_NATIVE, module, 0};
+        by_module[module] = r->n_frames;
+        *out = r->n_frames;
+        return 0;
+}
+
+TRACE_API int trace_reader_set_native_view(struct trace_reader *r, enum trace_native_view view)
+{
+        if (!r || (view != TRACE_NATIVE_SHOW && view != TRACE_NATIVE_HIDE &&
+                   view != TRACE_NATIVE_BY_MODULE))
+                return TRACE_ERR_ARG;
+        if (r->view_set && r->view == view)
+                return 0;
+        if (!r->loaded || r->view_set)
+                return fail(r, TRACE_ERR_STATE, "the native view is set once, after opening");
+        r->view_set = true;
+        r->view = view;
+        bool any = false;
+        for (uint32_t i = 1; i <= r->n_frames && !any; i++)
+                any = r->frames[i].kind == TRACE_FRAME_NATIVE;
+        if (view == TRACE_NATIVE_SHOW || !any)
+                return 0;
+        uint32_t n = r->n_file_stacks;
+        struct view_map m = {0};
+        for (m.cap = 16; m.cap < (size_t)n * 2; m.cap *= 2)
+                ;
+        m.keys = calloc(m.cap, sizeof(*m.keys));
+        m.vals = calloc(m.cap, sizeof(*m.vals));
+        uint32_t *canon = calloc(n, sizeof(*canon));
+        uint32_t *by_module = calloc((size_t)r->n_strings + 1, sizeof(*by_module));
+        int rc = 0;
+        if (!m.keys || !m.vals || !canon || !by_module) {
+                rc = fail_nomem(r);
+                goto out;
+        }
+        /* Parents come before their children (checked at load): one pass. */
+        uint32_t cap = n;
+        for (uint32_t s = 1; s < n && rc == 0; s++) {
+                uint32_t parent = canon[r->stack_parent[s]];
+                uint32_t frame = r->stack_frame[s];
+                const struct rframe *f = &r->frames[frame];
+                if (f->kind == TRACE_FRAME_NATIVE) {
+                        if (view == TRACE_NATIVE_HIDE || !f->module) {
+                                canon[s] = parent;
+                                continue;
+                        }
+                        if ((rc = module_frame(r, f->module, by_module, &frame)) < 0)
+                                break;
+                        /* A run of frames of one module is one frame. */
+                        if (parent != TRACE_STACK_EMPTY && r->stack_frame[parent] == frame) {
+                                canon[s] = parent;
+                                continue;
+                        }
+                }
+                uint32_t *slot = view_slot(&m, (uint64_t)parent << 32 | frame);
+                if (*slot) {
+                        canon[s] = *slot;
+                        continue;
+                }
+                uint32_t id = s;
+                if (parent != r->stack_parent[s] || frame != r->stack_frame[s]) {
+                        if (r->n_stacks == UINT32_MAX - 1) {
+                                rc = fail(r, TRACE_ERR_ARG, "too many stacks");
+                                break;
+                        }
+                        if (r->n_stacks == cap) {
+                                cap = cap * 2 + 16;
+                                if (grow_u32(&r->stack_parent, cap) < 0 ||
+                                    grow_u32(&r->stack_frame, cap) < 0 ||
+                                    grow_u32(&r->stack_depth, cap) < 0) {
+                                        rc = fail_nomem(r);
+                                        break;
+                                }
+                        }
+                        id = r->n_stacks++;
+                        r->stack_parent[id] = parent;
+                        r->stack_frame[id] = frame;
+                        r->stack_depth[id] = r->stack_depth[parent] + 1;
+                }
+                *slot = id;
+                canon[s] = id;
+        }
+out:
+        free(m.keys);
+        free(m.vals);
+        free(by_module);
+        if (rc < 0) {
+                free(canon);
+                return rc;
+        }
+        r->canon = canon;
+        return 0;
 }
 
 TRACE_API int trace_reader_foreach_sample(struct trace_reader *r, const struct trace_filter *filter,

@@ -341,6 +341,24 @@ TRACE_API int trace_reader_frame(const struct trace_reader *r, uint32_t frame_id
 TRACE_API int trace_reader_frame_module(const struct trace_reader *r, uint32_t frame_id,
                                         const char **module, uint64_t *offset);
 
+/* How native frames appear (trace_reader_set_native_view). */
+enum trace_native_view {
+        TRACE_NATIVE_SHOW = 0,      /* as recorded (the default) */
+        TRACE_NATIVE_HIDE = 1,      /* not at all: Python frames only */
+        TRACE_NATIVE_BY_MODULE = 2, /* one frame per run of frames of one module */
+};
+
+/*
+ * Show the trace's native frames as `view` says, for everything read after
+ * (samples, stacks, frames, counts): stacks that become the same stack are
+ * one stack, reported under one id (new stacks and, by module, one new
+ * native frame per module, named by the module's file name, are appended
+ * to the ids). Once per reader, before reading samples (setting the
+ * same view again does nothing). Returns 0, TRACE_ERR_STATE (another view
+ * was set), TRACE_ERR_NOMEM.
+ */
+TRACE_API int trace_reader_set_native_view(struct trace_reader *r, enum trace_native_view view);
+
 TRACE_API uint32_t trace_reader_stack_count(const struct trace_reader *r); /* ids 0..count-1 */
 /* Parent stack and top frame of `stack_id` (not valid for TRACE_STACK_EMPTY). */
 TRACE_API int trace_reader_stack_node(const struct trace_reader *r, uint32_t stack_id,

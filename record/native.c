@@ -35,6 +35,7 @@
 
 #ifdef PYFLAME_HAVE_LIBDW
 #include <dwarf.h>
+#include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #endif
 
@@ -675,6 +676,69 @@ static const char *basename_of(const char *path)
         return s ? s + 1 : path;
 }
 
+/*
+ * The start of the function holding `addr` by its CFI (an FDE covers one
+ * function), for code no symbol names: a stripped library's static
+ * functions. Returns 0 when there is no CFI for it.
+ */
+static uint64_t cfi_function_start(Dwfl_Module *mod, uint64_t addr)
+{
+        Dwarf_Addr cbias = 0;
+        Dwarf_CFI *cfi = dwfl_module_eh_cfi(mod, &cbias);
+        if (!cfi)
+                cfi = dwfl_module_dwarf_cfi(mod, &cbias);
+        Dwarf_Frame *frame = NULL;
+        if (!cfi || dwarf_cfi_addrframe(cfi, addr - cbias, &frame) != 0)
+                return 0;
+        Dwarf_Addr start = 0, end = 0;
+        uint64_t found = dwarf_frame_info(frame, &start, &end, NULL) >= 0 ? start + cbias : 0;
+        free(frame);
+        return found;
+}
+
+/*
+ * Where `addr`, inlined into the function its symbol names, sits in that
+ * function: the call site of the outermost inlined call (DWARF
+ * DW_AT_call_file, DW_AT_call_line), so that a frame's line belongs to its
+ * function. Returns false when addr is not in inlined code (or no DWARF).
+ */
+static bool outer_call_site(Dwfl_Module *mod, uint64_t addr, const char **file, int *line)
+{
+        Dwarf_Addr dbias = 0;
+        Dwarf_Die *cu = dwfl_module_addrdie(mod, addr, &dbias);
+        if (!cu)
+                return false;
+        Dwarf_Die *scopes = NULL;
+        int n = dwarf_getscopes(cu, addr - dbias, &scopes);
+        int outer = -1;
+        for (int i = 0; i < n; i++) {
+                int tag = dwarf_tag(&scopes[i]);
+                if (tag == DW_TAG_inlined_subroutine)
+                        outer = i;
+                else if (tag == DW_TAG_subprogram)
+                        break;
+        }
+        bool found = false;
+        Dwarf_Attribute a;
+        Dwarf_Word fileidx = 0, lineno = 0;
+        Dwarf_Files *files = NULL;
+        size_t nfiles = 0;
+        if (outer >= 0 &&
+            dwarf_formudata(dwarf_attr(&scopes[outer], DW_AT_call_file, &a), &fileidx) == 0 &&
+            dwarf_formudata(dwarf_attr(&scopes[outer], DW_AT_call_line, &a), &lineno) == 0 &&
+            dwarf_getsrcfiles(cu, &files, &nfiles) == 0 && fileidx < nfiles && lineno > 0 &&
+            lineno < INT32_MAX) {
+                const char *f = dwarf_filesrc(files, fileidx, NULL, NULL);
+                if (f && *f) {
+                        *file = f;
+                        *line = (int)lineno;
+                        found = true;
+                }
+        }
+        free(scopes);
+        return found;
+}
+
 /* Name `addr` (a return address minus one, or a leaf's PC) into a new entry. */
 static struct native_sym *sym_make(struct native *n, uint64_t addr)
 {
@@ -699,14 +763,19 @@ static struct native_sym *sym_make(struct native *n, uint64_t addr)
                         function = name;
                         offset = addr - symoff - bias;
                 } else {
-                        offset = addr - bias;
+                        /* Unnamed: one frame per function (its FDE), not per instruction. */
+                        uint64_t start = cfi_function_start(mod, addr);
+                        offset = (start ? start : addr) - bias;
                 }
-                Dwfl_Line *dl = dwfl_module_getsrc(mod, addr);
-                int lineno = 0;
-                const char *src = dl ? dwfl_lineinfo(dl, NULL, &lineno, NULL, NULL, NULL) : NULL;
-                if (src && *src) {
-                        file = src;
-                        line = lineno > 0 ? lineno : -1;
+                if (!outer_call_site(mod, addr, &file, &line)) {
+                        Dwfl_Line *dl = dwfl_module_getsrc(mod, addr);
+                        int lineno = 0;
+                        const char *src =
+                            dl ? dwfl_lineinfo(dl, NULL, &lineno, NULL, NULL, NULL) : NULL;
+                        if (src && *src) {
+                                file = src;
+                                line = lineno > 0 ? lineno : -1;
+                        }
                 }
         } else {
                 n->unknown_pc = true;

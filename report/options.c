@@ -269,6 +269,11 @@ int select_resolve(struct trace_reader *r, const char *path, const struct select
         f->state_require = o->idle ? 0 : TRACE_STATE_ON_CPU;
         if (o->gil)
                 f->state_require |= TRACE_STATE_HOLDS_GIL;
+        int vrc = trace_reader_set_native_view(r, o->native);
+        if (vrc < 0) {
+                select_free(&s);
+                return report_read_failed(path, r, vrc);
+        }
         *out = s;
         return 0;
 }
@@ -316,6 +321,12 @@ int select_opts_parse(struct select_opts *o, int c, const char *arg)
                 return 1;
         case SELECT_OPT_GIL:
                 o->gil = true;
+                return 1;
+        case SELECT_OPT_NO_NATIVE:
+                o->native = TRACE_NATIVE_HIDE;
+                return 1;
+        case SELECT_OPT_NATIVE_MODULES:
+                o->native = TRACE_NATIVE_BY_MODULE;
                 return 1;
         default:
                 return 0;

@@ -537,6 +537,34 @@ static void test_native_frames(void **state)
         assert_int_equal(s.errors[TRACE_ERROR_UNMATCHED], 3);
         trace_reader_close(r);
 
+        /* Views: native frames hidden, or one frame per module. */
+        for (int view = TRACE_NATIVE_HIDE; view <= TRACE_NATIVE_BY_MODULE; view++) {
+                assert_int_equal(trace_reader_open(path, &r), 0);
+                assert_int_equal(trace_reader_set_native_view(r, (enum trace_native_view)view), 0);
+                assert_int_equal(trace_reader_set_native_view(r, (enum trace_native_view)view), 0);
+                assert_int_equal(trace_reader_set_native_view(r, TRACE_NATIVE_SHOW),
+                                 TRACE_ERR_STATE);
+                uint64_t *counts, total;
+                assert_int_equal(trace_reader_count_by_stack(r, NULL, &counts, &total), 0);
+                assert_int_equal(total, 1);
+                uint32_t n = trace_reader_stack_count(r), hit = 0;
+                for (uint32_t i = 0; i < n; i++)
+                        if (counts[i])
+                                hit = i;
+                free(counts);
+                uint32_t ids[4];
+                int depth = trace_reader_stack_frames(r, hit, ids, 4);
+                assert_int_equal(depth, view == TRACE_NATIVE_HIDE ? 1 : 2);
+                assert_int_equal(ids[0], f_py);
+                if (view == TRACE_NATIVE_BY_MODULE) {
+                        assert_int_equal(trace_reader_frame(r, ids[1], &f), 0);
+                        assert_string_equal(f.function, "ext.so");
+                        assert_string_equal(f.file, "/x/ext.so");
+                        assert_int_equal(f.kind, TRACE_FRAME_NATIVE);
+                }
+                trace_reader_close(r);
+        }
+
         /* The same file as format 1 wrote it: no module columns, no native frame. */
         sqlite3 *db;
         assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
