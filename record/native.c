@@ -15,8 +15,8 @@
  * at a function's end is named by its caller's line): each address is looked
  * up in the symbol tables and the line tables once. Entries are never freed
  * before native_close() and their ids never reused; addresses found in no
- * module make the maps be read again (at most once a second) and those
- * entries are forgotten then.
+ * module make the maps be read again (at most ten times a second) and
+ * those entries are forgotten then.
  */
 #include "native.h"
 
@@ -39,14 +39,15 @@
 #include <elfutils/libdwfl.h>
 #endif
 
-#define STACK_START  (64u << 10) /* bytes of stack copied from SP at first */
-#define STACK_MAX    (1u << 20)  /* bound of the copy, however deep the stack */
-#define STACK_PAGE   4096u
-#define LINE_BYTES   64u
-#define LINE_SLOTS   64u
-#define SYM_MAX      (1u << 20) /* distinct addresses named before the cache starts over */
-#define REFRESH_NS   1000000000LL
-#define N_DWARF_REGS 17 /* x86-64: rax rdx rcx rbx rsi rdi rbp rsp r8-r15, then rip */
+#define STACK_START   (64u << 10) /* bytes of stack copied from SP at first */
+#define STACK_MAX     (1u << 20)  /* bound of the copy, however deep the stack */
+#define STACK_PAGE    4096u
+#define LINE_BYTES    64u
+#define LINE_SLOTS    64u
+#define SYM_MAX       (1u << 20)  /* distinct addresses named before the cache starts over */
+#define REFRESH_NS    100000000LL /* at most ten readings of the maps a second */
+#define SYM_NO_MODULE 0x100u      /* native_sym.flags, ours: the address was in no module */
+#define N_DWARF_REGS  17          /* x86-64: rax rdx rcx rbx rsi rdi rbp rsp r8-r15, then rip */
 
 /* Interpreter functions that only pass a call on: hidden from merged stacks by default. */
 static const char *const plumbing_prefixes[] = {
@@ -104,6 +105,7 @@ static const char *const plumbing_prefixes[] = {
     "__libc_start_",
     "start_thread",
     "clone",
+    "__clone",
 };
 
 bool native_is_eval(const char *name)
@@ -647,7 +649,7 @@ static void sym_forget_unknown(struct native *n)
                 n->sym_cap = 0;
         }
         for (size_t i = 0; n->keys && i < cap; i++) {
-                if (!v[i] || strcmp(v[i]->module, "?") == 0)
+                if (!v[i] || (v[i]->flags & SYM_NO_MODULE))
                         continue;
                 size_t j = hash_addr(k[i]) & (cap - 1);
                 while (n->vals[j])
@@ -778,7 +780,7 @@ static struct native_sym *sym_make(struct native *n, uint64_t addr)
                         }
                 }
         } else {
-                n->unknown_pc = true;
+                e->flags |= SYM_NO_MODULE;
         }
         if (!function) {
                 snprintf(buf, sizeof(buf), "%s+0x%" PRIx64, basename_of(module), offset);
@@ -849,6 +851,8 @@ static int on_frame(Dwfl_Frame *state, void *arg)
         const struct native_sym *e = symbolize(n, activation ? pc : pc - 1);
         if (!e)
                 return DWARF_CB_ABORT;
+        if (e->flags & SYM_NO_MODULE)
+                n->unknown_pc = true;
         n->out[n->out_n++] = e;
         return n->out_n < n->out_cap ? DWARF_CB_OK : DWARF_CB_ABORT;
 }
@@ -859,19 +863,29 @@ int native_unwind(struct native *n, pid_t tid, const struct native_sym **out, si
         const struct capture *c = capture_find(n, tid);
         if (!c)
                 return -ENOENT;
-        if (n->unknown_pc && mono_ns() - n->refreshed_ns >= REFRESH_NS) {
+        int rc = 0;
+        for (int pass = 0; pass < 2; pass++) {
                 n->unknown_pc = false;
+                n->cur = c;
+                n->out = out;
+                n->out_cap = cap < NATIVE_MAX_DEPTH ? cap : NATIVE_MAX_DEPTH;
+                n->out_n = 0;
+                n->st.unwinds++;
+                rc = n->out_cap ? dwfl_getthread_frames(n->dwfl, tid, on_frame, n) : 0;
+                n->cur = NULL;
+                /*
+                 * An address in no module: a library was loaded since the
+                 * maps were read. Read them again (not too often: code in
+                 * anonymous memory, a JIT's, is never in one) and unwind
+                 * again from the same capture.
+                 */
+                if (!n->unknown_pc || mono_ns() - n->refreshed_ns < REFRESH_NS)
+                        break;
                 n->st.refreshes++;
-                if (report_modules(n) == 0)
-                        sym_forget_unknown(n);
+                if (report_modules(n) < 0)
+                        break;
+                sym_forget_unknown(n);
         }
-        n->cur = c;
-        n->out = out;
-        n->out_cap = cap < NATIVE_MAX_DEPTH ? cap : NATIVE_MAX_DEPTH;
-        n->out_n = 0;
-        n->st.unwinds++;
-        int rc = n->out_cap ? dwfl_getthread_frames(n->dwfl, tid, on_frame, n) : 0;
-        n->cur = NULL;
         *depth = n->out_n;
         n->st.frames += n->out_n;
         /* 0: reached the root (the CFI says there is no caller); else cut short. */

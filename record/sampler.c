@@ -1160,6 +1160,29 @@ static const char *dump_name_of(const struct dump_ctx *d, const struct pywalk_th
         return NULL;
 }
 
+/* A stack, leaf first: Python frames as py-spy dump prints them, native ones with their module. */
+static void dump_frames(FILE *out, const struct pywalk_thread *th)
+{
+        for (uint32_t i = 0; i < th->depth; i++) {
+                const struct pywalk_frame *f = &th->frames[i];
+                const char *name = f->code->qualname ? f->code->qualname : f->code->name;
+                if (f->code->id & NATIVE_CODE_BIT) {
+                        const struct native_sym *sym = ((const struct ncode *)f->code)->sym;
+                        const char *mod = strrchr(sym->module, '/');
+                        mod = mod ? mod + 1 : sym->module;
+                        if (f->line >= 0)
+                                fprintf(out, "    %s (%s:%d) [%s]\n", name, f->code->file,
+                                        (int)f->line, mod);
+                        else
+                                fprintf(out, "    %s [%s]\n", name, mod);
+                } else if (f->line >= 0) {
+                        fprintf(out, "    %s (%s:%d)\n", name, f->code->file, (int)f->line);
+                } else {
+                        fprintf(out, "    %s (%s)\n", name, f->code->file);
+                }
+        }
+}
+
 static int dump_thread(void *ctx, const struct pywalk_thread *th)
 {
         struct dump_ctx *d = ctx;
@@ -1184,13 +1207,50 @@ static int dump_thread(void *ctx, const struct pywalk_thread *th)
                 fprintf(d->out, "    <stack could not be read consistently>\n");
                 return 0;
         }
-        for (uint32_t i = 0; i < th->depth; i++) {
-                const struct pywalk_frame *f = &th->frames[i];
-                const char *name = f->code->qualname ? f->code->qualname : f->code->name;
-                if (f->line >= 0)
-                        fprintf(d->out, "    %s (%s:%d)\n", name, f->code->file, (int)f->line);
+        struct pywalk_thread merged;
+        if (s->native) {
+                int rc = native_stack(s, t->host_tid, th, &merged);
+                if (rc < 0)
+                        return rc;
+                if (rc == 0)
+                        th = &merged;
                 else
-                        fprintf(d->out, "    %s (%s)\n", name, f->code->file);
+                        fprintf(d->out, "    <native stack could not be merged: Python only>\n");
+        }
+        dump_frames(d->out, th);
+        return 0;
+}
+
+/* --dump --native: the threads that run no Python, after the Python ones. */
+static int dump_native_only(struct sampler *s, FILE *out)
+{
+        for (size_t i = 0; i < native_capture_count(s->native); i++) {
+                pid_t tid = native_capture_tid(s->native, i);
+                bool python = false;
+                for (size_t j = 0; j < s->n_threads && !python; j++)
+                        python = s->threads[j].host_tid == tid;
+                if (python)
+                        continue;
+                char path[64], comm[64] = "";
+                snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", (int)s->pid, (int)tid);
+                FILE *f = fopen(path, "re");
+                if (f) {
+                        if (!fgets(comm, sizeof(comm), f))
+                                comm[0] = 0;
+                        fclose(f);
+                        comm[strcspn(comm, "\n")] = 0;
+                }
+                int letter = stopper_thread_state(&s->stop, tid);
+                fprintf(out, "Thread (tid %d) \"%s\" %s, no Python\n", (int)tid, comm,
+                        letter == 'R' ? "active" : "idle");
+                struct pywalk_thread merged;
+                int rc = native_stack(s, tid, NULL, &merged);
+                if (rc < 0)
+                        return rc;
+                if (rc == 0)
+                        dump_frames(out, &merged);
+                else
+                        fprintf(out, "    <native stack could not be read>\n");
         }
         return 0;
 }
@@ -1233,10 +1293,14 @@ int sampler_dump(struct sampler *s, FILE *out, char *err, size_t errlen)
                         free(d.names);
                         return rc;
                 }
+                if (s->native)
+                        native_capture_all(s);
         }
         int rc = pywalk_sample(s->walk, dump_thread, &d);
         if (s->blocking)
                 stopper_resume(&s->stop);
+        if (rc >= 0 && s->native)
+                rc = dump_native_only(s, out);
         for (size_t i = 0; i < d.n_names; i++)
                 free(d.names[i].name);
         free(d.names);
