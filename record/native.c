@@ -494,7 +494,17 @@ static int copy_stack(struct native *n, struct capture *c, uint64_t sp)
         return 0;
 }
 
+static int capture_held(struct native *n, pid_t tid);
+
 int native_capture_held(struct native *n, pid_t tid)
+{
+        long long t0 = mono_ns();
+        int rc = capture_held(n, tid);
+        n->st.capture_ns += (uint64_t)(mono_ns() - t0);
+        return rc;
+}
+
+static int capture_held(struct native *n, pid_t tid)
 {
         struct user_regs_struct r;
         if (ptrace(PTRACE_GETREGS, tid, NULL, &r) < 0)
@@ -547,7 +557,17 @@ static int syscall_regs(pid_t pid, pid_t tid, uint64_t *nr, uint64_t *sp, uint64
         return -EAGAIN;
 }
 
+static int capture_sleeping(struct native *n, pid_t tid);
+
 int native_capture_sleeping(struct native *n, pid_t tid)
+{
+        long long t0 = mono_ns();
+        int rc = capture_sleeping(n, tid);
+        n->st.capture_ns += (uint64_t)(mono_ns() - t0);
+        return rc;
+}
+
+static int capture_sleeping(struct native *n, pid_t tid)
 {
         uint64_t nr, sp, pc;
         int rc = syscall_regs(n->pid, tid, &nr, &sp, &pc);
@@ -741,6 +761,18 @@ static bool outer_call_site(Dwfl_Module *mod, uint64_t addr, const char **file, 
         return found;
 }
 
+/*
+ * Whether `path` is the interpreter: its executable or libpython. Code of
+ * it that no symbol names (the static functions of a stripped python, as
+ * Debian's) is its internals, hidden like its named call machinery; the
+ * eval loop and its API are exported, so they keep their names.
+ */
+static bool interpreter_module(const char *path)
+{
+        const char *base = basename_of(path);
+        return strncmp(base, "python", 6) == 0 || strncmp(base, "libpython", 9) == 0;
+}
+
 /* Name `addr` (a return address minus one, or a leaf's PC) into a new entry. */
 static struct native_sym *sym_make(struct native *n, uint64_t addr)
 {
@@ -749,6 +781,7 @@ static struct native_sym *sym_make(struct native *n, uint64_t addr)
                 return NULL;
         const char *function = NULL, *file = NULL;
         const char *module = "?";
+        bool named = false;
         int line = -1;
         uint64_t offset = addr;
         char buf[4200];
@@ -762,6 +795,7 @@ static struct native_sym *sym_make(struct native *n, uint64_t addr)
                 GElf_Sym sym;
                 const char *name = dwfl_module_addrinfo(mod, addr, &symoff, &sym, NULL, NULL, NULL);
                 if (name && *name) {
+                        named = true;
                         function = name;
                         offset = addr - symoff - bias;
                 } else {
@@ -800,7 +834,7 @@ static struct native_sym *sym_make(struct native *n, uint64_t addr)
         e->offset = offset;
         if (native_is_eval(e->function))
                 e->flags |= NATIVE_SYM_EVAL;
-        else if (native_is_plumbing(e->function))
+        else if (native_is_plumbing(e->function) || (!named && interpreter_module(e->module)))
                 e->flags |= NATIVE_SYM_PLUMBING;
         return e;
 }
@@ -863,6 +897,8 @@ int native_unwind(struct native *n, pid_t tid, const struct native_sym **out, si
         const struct capture *c = capture_find(n, tid);
         if (!c)
                 return -ENOENT;
+        long long t0 = mono_ns();
+        uint64_t symbols = n->st.symbols;
         int rc = 0;
         for (int pass = 0; pass < 2; pass++) {
                 n->unknown_pc = false;
@@ -888,6 +924,12 @@ int native_unwind(struct native *n, pid_t tid, const struct native_sym **out, si
         }
         *depth = n->out_n;
         n->st.frames += n->out_n;
+        uint64_t dt = (uint64_t)(mono_ns() - t0);
+        n->st.unwind_ns += dt;
+        if (n->st.symbols == symbols) {
+                n->st.warm_unwinds++;
+                n->st.warm_unwind_ns += dt;
+        }
         /* 0: reached the root (the CFI says there is no caller); else cut short. */
         return rc == 0 ? (int)n->out_n : -EPIPE;
 }

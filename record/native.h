@@ -104,6 +104,10 @@ struct native_stats {
         uint64_t extra_reads;   /* reads outside the copied stack */
         uint64_t symbols;       /* distinct addresses named */
         uint64_t refreshes;     /* mappings read again (a library was loaded) */
+        uint64_t capture_ns;    /* wall time in native_capture_*() (the threads held) */
+        uint64_t unwind_ns;     /* wall time in native_unwind() */
+        uint64_t warm_unwinds;  /* native_unwind() calls that named no new address */
+        uint64_t warm_unwind_ns;
 };
 void native_get_stats(const struct native *n, struct native_stats *st);
 

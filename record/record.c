@@ -471,6 +471,16 @@ static void stats_add(struct sampler_stats *sum, const struct sampler_stats *st)
         sum->read_errors += st->read_errors;
         sum->reads += st->reads;
         sum->proc_state_reads += st->proc_state_reads;
+        sum->native_samples += st->native_samples;
+        sum->unmatched += st->unmatched;
+        sum->native_captures += st->native_captures;
+        sum->native_capture_ns += st->native_capture_ns;
+        sum->native_unwinds += st->native_unwinds;
+        sum->native_unwind_ns += st->native_unwind_ns;
+        sum->native_warm_unwinds += st->native_warm_unwinds;
+        sum->native_warm_unwind_ns += st->native_warm_unwind_ns;
+        sum->native_frames += st->native_frames;
+        sum->native_symbols += st->native_symbols;
 }
 
 /* A sampler opened: give it what the recording shares with every sampler. */
@@ -1104,6 +1114,21 @@ static int finish_trace(struct recording *r, int status)
         trace_writer_set_meta_int(w, "captures_failed", (int64_t)r->closed.capture_failed);
         trace_writer_set_meta_int(w, "torn_retries", (int64_t)r->closed.retries);
         trace_writer_set_meta_int(w, "torn_recovered", (int64_t)r->closed.recovered);
+        if (r->o->native) {
+                const struct sampler_stats *c = &r->closed;
+                trace_writer_set_meta_int(w, "native_samples", (int64_t)c->native_samples);
+                trace_writer_set_meta_int(w, "native_unmatched", (int64_t)c->unmatched);
+                trace_writer_set_meta_int(w, "native_captures", (int64_t)c->native_captures);
+                trace_writer_set_meta_int(w, "native_capture_ns", (int64_t)c->native_capture_ns);
+                trace_writer_set_meta_int(w, "native_unwinds", (int64_t)c->native_unwinds);
+                trace_writer_set_meta_int(w, "native_unwind_ns", (int64_t)c->native_unwind_ns);
+                trace_writer_set_meta_int(w, "native_warm_unwinds",
+                                          (int64_t)c->native_warm_unwinds);
+                trace_writer_set_meta_int(w, "native_warm_unwind_ns",
+                                          (int64_t)c->native_warm_unwind_ns);
+                trace_writer_set_meta_int(w, "native_frames", (int64_t)c->native_frames);
+                trace_writer_set_meta_int(w, "native_symbols", (int64_t)c->native_symbols);
+        }
         if (r->sources) {
                 /* Whatever is still queued: the processes may be gone, their roots are not. */
                 sources_pump(r->sources, -1);

@@ -179,6 +179,18 @@ void sampler_get_stats(const struct sampler *s, struct sampler_stats *st)
 {
         *st = s->st;
         st->reads = s->walk ? pywalk_reads(s->walk) : 0;
+        if (s->native) {
+                struct native_stats ns;
+                native_get_stats(s->native, &ns);
+                st->native_captures = ns.captures;
+                st->native_capture_ns = ns.capture_ns;
+                st->native_unwinds = ns.unwinds;
+                st->native_unwind_ns = ns.unwind_ns;
+                st->native_warm_unwinds = ns.warm_unwinds;
+                st->native_warm_unwind_ns = ns.warm_unwind_ns;
+                st->native_frames = ns.frames;
+                st->native_symbols = ns.symbols;
+        }
 }
 
 static void build_string(const struct pyfind_target *t, char *buf, size_t len)

@@ -37,6 +37,9 @@ struct sampler_stats {
         uint64_t cache_resets;     /* frame and stack caches started afresh (bounded) */
         uint64_t native_samples;   /* thread samples with a native stack merged in */
         uint64_t unmatched;        /* thread samples dropped: native and Python did not match */
+        /* --native: native.h's counters (struct native_stats) */
+        uint64_t native_captures, native_capture_ns, native_unwinds, native_unwind_ns;
+        uint64_t native_warm_unwinds, native_warm_unwind_ns, native_frames, native_symbols;
 };
 
 /*
