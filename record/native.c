@@ -39,7 +39,7 @@
 #include <elfutils/libdwfl.h>
 #endif
 
-#define STACK_START   (64u << 10) /* bytes of stack copied from SP at first */
+#define STACK_START   (16u << 10) /* bytes of stack copied from SP at first; grows on need */
 #define STACK_MAX     (1u << 20)  /* bound of the copy, however deep the stack */
 #define STACK_PAGE    4096u
 #define LINE_BYTES    64u
