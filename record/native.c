@@ -180,6 +180,7 @@ struct native {
         char root[48]; /* "/proc/PID/root": the prefix of module names */
         size_t root_len;
         bool attached;
+        bool keep_plumbing; /* lines for plumbing frames too (native_keep_plumbing) */
 
         struct capture *caps;
         size_t n_caps, cap_caps;
@@ -803,7 +804,19 @@ static struct native_sym *sym_make(struct native *n, uint64_t addr)
                         uint64_t start = cfi_function_start(mod, addr);
                         offset = (start ? start : addr) - bias;
                 }
-                if (!outer_call_site(mod, addr, &file, &line)) {
+                if (named && native_is_eval(name))
+                        e->flags |= NATIVE_SYM_EVAL;
+                else if (named ? native_is_plumbing(name) : interpreter_module(module))
+                        e->flags |= NATIVE_SYM_PLUMBING;
+                /*
+                 * Source lines cost the module's DWARF (loaded, perhaps
+                 * decompressed, the first time): not for the frames a merged
+                 * stack drops, the eval loop's and, unless kept, the
+                 * plumbing's.
+                 */
+                bool lines = !(e->flags & NATIVE_SYM_EVAL) &&
+                             !((e->flags & NATIVE_SYM_PLUMBING) && !n->keep_plumbing);
+                if (lines && !outer_call_site(mod, addr, &file, &line)) {
                         Dwfl_Line *dl = dwfl_module_getsrc(mod, addr);
                         int lineno = 0;
                         const char *src =
@@ -832,10 +845,6 @@ static struct native_sym *sym_make(struct native *n, uint64_t addr)
         }
         e->line = line;
         e->offset = offset;
-        if (native_is_eval(e->function))
-                e->flags |= NATIVE_SYM_EVAL;
-        else if (native_is_plumbing(e->function) || (!named && interpreter_module(e->module)))
-                e->flags |= NATIVE_SYM_PLUMBING;
         return e;
 }
 
@@ -939,6 +948,11 @@ void native_get_stats(const struct native *n, struct native_stats *st)
         *st = n->st;
 }
 
+void native_keep_plumbing(struct native *n)
+{
+        n->keep_plumbing = true;
+}
+
 #else /* !PYFLAME_HAVE_LIBDW */
 
 struct native {
@@ -1014,6 +1028,11 @@ void native_get_stats(const struct native *n, struct native_stats *st)
 {
         (void)n;
         memset(st, 0, sizeof(*st));
+}
+
+void native_keep_plumbing(struct native *n)
+{
+        (void)n;
 }
 
 #endif

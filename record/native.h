@@ -111,6 +111,14 @@ struct native_stats {
 };
 void native_get_stats(const struct native *n, struct native_stats *st);
 
+/*
+ * Name the plumbing frames with their source lines too (they are kept in
+ * merged stacks: NATIVE_MERGE_KEEP_PLUMBING). By default they are named by
+ * symbol only, so that a module's DWARF is not loaded for frames that are
+ * dropped. Before the first unwind.
+ */
+void native_keep_plumbing(struct native *n);
+
 /* One frame of a merged stack: a native frame (sym) or a Python one (py). */
 struct native_merged {
         const struct native_sym *sym; /* NULL for a Python frame */

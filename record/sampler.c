@@ -299,6 +299,8 @@ int sampler_set_native(struct sampler *s, unsigned flags, char *err, size_t errl
         if (rc < 0)
                 return rc;
         s->native_flags = flags;
+        if (flags & NATIVE_MERGE_KEEP_PLUMBING)
+                native_keep_plumbing(s->native);
         s->nat_frames = malloc(NATIVE_MAX_DEPTH * sizeof(*s->nat_frames));
         s->merged = malloc(MERGED_MAX * sizeof(*s->merged));
         s->merged_frames = malloc(MERGED_MAX * sizeof(*s->merged_frames));
