@@ -601,11 +601,6 @@ static const struct capture *capture_find(const struct native *n, pid_t tid)
         return NULL;
 }
 
-bool native_captured(const struct native *n, pid_t tid)
-{
-        return capture_find(n, tid) != NULL;
-}
-
 size_t native_capture_count(const struct native *n)
 {
         return n->n_caps;
@@ -991,13 +986,6 @@ int native_capture_sleeping(struct native *n, pid_t tid)
         (void)n;
         (void)tid;
         return -ENOTSUP;
-}
-
-bool native_captured(const struct native *n, pid_t tid)
-{
-        (void)n;
-        (void)tid;
-        return false;
 }
 
 size_t native_capture_count(const struct native *n)

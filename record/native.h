@@ -80,9 +80,6 @@ int native_capture_held(struct native *n, pid_t tid);
  */
 int native_capture_sleeping(struct native *n, pid_t tid);
 
-/* Whether thread `tid` has a capture in this sample. */
-bool native_captured(const struct native *n, pid_t tid);
-
 /* The thread ids captured in this sample, in capture order: i < native_capture_count(). */
 size_t native_capture_count(const struct native *n);
 pid_t native_capture_tid(const struct native *n, size_t i);

@@ -511,6 +511,11 @@ static void threads_gc(struct sampler *s)
                 s->threads[kept++] = *t;
         }
         s->n_threads = kept;
+        kept = 0;
+        for (size_t i = 0; i < s->n_nthreads; i++)
+                if (s->tick - s->nthreads[i].seen_tick <= 100)
+                        s->nthreads[kept++] = s->nthreads[i];
+        s->n_nthreads = kept;
 }
 
 static void on_name(void *ctx, int64_t interp_id, uint64_t thread_id, const char *name)

@@ -76,6 +76,9 @@
 --     Set by the recorder:
 --       rate_hz         TEXT/INTEGER  requested sampling rate, samples/s per thread
 --       mode            TEXT     "nonblocking" or "blocking" (target stopped per sample)
+--       native          TEXT     "merged" (pyflame-record --native: native stacks
+--                                merged in, the interpreter's plumbing hidden) or
+--                                "all" (--native-all); absent without native stacks
 --       pids            TEXT     recorded pids, space-separated
 --       cmdline         TEXT     command line of the (first) target
 --       python_version  TEXT     e.g. "3.12.1"
