@@ -19,7 +19,9 @@ names; in the -g module the hot loop's samples are on the marked line; the
 stripped module's frames carry its symbol names and no line; --no-native
 gives the Python frames alone; the unmatched-stack errors stay within
 UNMATCHED_TOLERANCE of the samples. `--dump --native` prints the layers of
-the running stack too.
+the running stack too. With Debian's python3-numpy installed, a matrix
+product under /usr/bin/python3.11 must spend its time in BLAS under the
+Python line that called it (and, with OpenBLAS, its worker threads appear).
 
 Usage: test_native.py --record PATH --report PATH [--only LABEL]
 Prints one line per check and ends with 'N passed, N failed, N skipped'.
@@ -413,6 +415,69 @@ def test_interpreter(r, label, py):
         proc.wait()
 
 
+NUMPY_PY = r'''
+import sys
+import threading
+import time
+
+import numpy as np
+
+a = np.random.rand(600, 600)
+
+
+def matmul():
+    return a @ a  # MATMUL
+
+
+end = time.time() + float(sys.argv[1])
+while time.time() < end:
+    matmul()
+'''
+
+
+def test_numpy(r):
+    """Debian's python3-numpy under /usr/bin/python3.11 (static, stripped)."""
+    label = "debian-3.11-numpy"
+    py = "/usr/bin/python3.11"
+    if not os.path.exists(py) or subprocess.run(
+            [py, "-c", "import numpy"], stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL).returncode != 0:
+        r.skip(label, "needs /usr/bin/python3.11 with python3-numpy")
+        return
+    work = os.path.join(r.tmp, label)
+    os.makedirs(work)
+    script = os.path.join(work, "mm.py")
+    with open(script, "w") as f:
+        f.write(NUMPY_PY)
+    db = os.path.join(work, "numpy.db")
+    rec = subprocess.run([r.record, "--native", "-q", "-o", db, "--", py, script,
+                          str(SECONDS)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         universal_newlines=True, timeout=120)
+    if not r.check(label, "record --native", rec.returncode == 0, rec.stdout[-800:]):
+        return
+    d = r.report_json(db, "--native-modules")
+    blas, total, threads_blas = 0, 0, 0
+    for s in d["stacks"]:
+        seq = [(d["frames"][i]["function"], d["frames"][i]["kind"]) for i in s["frames"]]
+        total += s["count"]
+        py_frames = [i for i, (_, k) in enumerate(seq) if k == "python"]
+        is_blas = [i for i, (n, k) in enumerate(seq) if k == "native" and "blas" in n]
+        if py_frames and is_blas and seq[py_frames[-1]][0] == "matmul" and \
+                is_blas[0] > py_frames[-1]:
+            blas += s["count"]
+        if not py_frames and is_blas:
+            threads_blas += s["count"]
+    r.check(label, "matrix product time in BLAS under the matmul line", blas >= total * 0.5,
+            "%d of %d samples" % (blas, total))
+    libs = subprocess.run(["sh", "-c", "ldconfig -p | grep -c openblas"], stdout=subprocess.PIPE,
+                          universal_newlines=True).stdout.strip()
+    if libs not in ("", "0"):
+        r.check(label, "BLAS worker threads appear", threads_blas > 0,
+                "%d samples in threads with no Python" % threads_blas)
+    else:
+        r.skip(label + " workers", "the reference BLAS (libblas3) has no worker threads")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--record", required=True)
@@ -433,6 +498,8 @@ def main():
             if args.only and not any(o == label or label.startswith(o + ".") for o in args.only):
                 continue
             test_interpreter(r, label, py)
+        if not args.only or "debian-3.11" in args.only:
+            test_numpy(r)
     finally:
         shutil.rmtree(r.tmp, ignore_errors=True)
     print("%d passed, %d failed, %d skipped" % (r.passed, r.failed, r.skipped))
