@@ -204,7 +204,15 @@ static int copy_frames_and_stacks(struct merge *m)
                         return source_failed(m, rc);
                 struct trace_frame_desc d = {f.function, f.qualname,   f.file,
                                              f.line,     f.first_line, f.kind};
-                if ((rc = trace_writer_intern_frame(m->w, &d, &m->frames[id])) < 0)
+                const char *module;
+                uint64_t offset;
+                rc = trace_reader_frame_module(m->src, id, &module, &offset);
+                if (rc < 0)
+                        return source_failed(m, rc);
+                rc = rc == 0 ? trace_writer_intern_native_frame(m->w, &d, module, offset,
+                                                                &m->frames[id])
+                             : trace_writer_intern_frame(m->w, &d, &m->frames[id]);
+                if (rc < 0)
                         return rc;
         }
         /* The reader checked parent < id: parents are mapped first. */

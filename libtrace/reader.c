@@ -51,6 +51,8 @@ struct rframe {
         uint32_t function, qualname, file; /* string ids; qualname 0: none */
         int32_t line, first_line;
         enum trace_frame_kind kind;
+        uint32_t module; /* string id; 0: none */
+        uint64_t offset;
 };
 
 struct rthread {
@@ -117,6 +119,15 @@ struct trace_reader {
 
         uint32_t *stack_parent, *stack_frame, *stack_depth; /* ids 0..n_stacks-1 */
         uint32_t n_stacks;
+        /*
+         * trace_reader_set_native_view(): the file's stacks are ids below
+         * n_file_stacks, and samples in stack s are reported in canon[s]
+         * (NULL: in s), a stack of the view, appended after them when new.
+         */
+        uint32_t n_file_stacks;
+        uint32_t *canon;
+        bool native_view_set;
+        enum trace_native_view native_view;
 
         struct rthread *threads; /* refs 1..n_threads */
         uint32_t n_threads;
@@ -552,11 +563,15 @@ static int load_frames(struct trace_reader *r)
 {
         uint32_t n;
         sqlite3_stmt *st;
+        bool native; /* module and module_offset: absent before format 2 */
         int rc = count_rows(r, "frames", &n);
-        if (rc < 0 || (rc = prepare(r,
-                                    "SELECT id, function, qualname, file, line, first_line, kind "
-                                    "FROM frames ORDER BY id",
-                                    &st, "frames")) < 0)
+        if (rc < 0 || (rc = schema_has(r, "frames", "module", &native)) < 0 ||
+            (rc = prepare(r,
+                          native ? "SELECT id, function, qualname, file, line, first_line, kind, "
+                                   "module, module_offset FROM frames ORDER BY id"
+                                 : "SELECT id, function, qualname, file, line, first_line, kind, "
+                                   "NULL, NULL FROM frames ORDER BY id",
+                          &st, "frames")) < 0)
                 return rc;
         r->frames = calloc((size_t)n + 1, sizeof(*r->frames));
         if (!r->frames) {
@@ -566,7 +581,7 @@ static int load_frames(struct trace_reader *r)
         uint32_t i = 0;
         int64_t ns = r->n_strings;
         while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-                int64_t id, fn, qn, file, line, first, kind;
+                int64_t id, fn, qn, file, line, first, kind, module, offset;
                 if (i >= n || !col_int(st, 0, i + 1, i + 1, &id)) {
                         sqlite3_finalize(st);
                         return corrupt(r, "frame ids are not 1, 2, 3...");
@@ -575,14 +590,19 @@ static int load_frames(struct trace_reader *r)
                     !col_int(st, 3, 1, ns, &file) ||
                     !col_int_or_null(st, 4, 0, INT32_MAX, -1, &line) ||
                     !col_int_or_null(st, 5, 0, INT32_MAX, -1, &first) ||
-                    !col_int(st, 6, TRACE_FRAME_PYTHON, TRACE_FRAME_TASK, &kind)) {
+                    !col_int(st, 6, TRACE_FRAME_PYTHON, TRACE_FRAME_TASK, &kind) ||
+                    !col_int_or_null(st, 7, 1, ns, 0, &module) ||
+                    !col_int_or_null(st, 8, 0, INT64_MAX, 0, &offset) ||
+                    (module && kind != TRACE_FRAME_NATIVE)) {
                         sqlite3_finalize(st);
-                        return corrupt(r, "frame %u has a bad string id, line or kind", i + 1);
+                        return corrupt(r, "frame %u has a bad string id, line, kind or module",
+                                       i + 1);
                 }
                 i++;
                 r->frames[i] =
-                    (struct rframe){(uint32_t)fn,  (uint32_t)qn,   (uint32_t)file,
-                                    (int32_t)line, (int32_t)first, (enum trace_frame_kind)kind};
+                    (struct rframe){(uint32_t)fn,     (uint32_t)qn,    (uint32_t)file,
+                                    (int32_t)line,    (int32_t)first,  (enum trace_frame_kind)kind,
+                                    (uint32_t)module, (uint64_t)offset};
         }
         if ((rc = end_rows(r, st, rc, "reading frames")) < 0)
                 return rc;
@@ -646,6 +666,7 @@ static int load_stacks(struct trace_reader *r)
         if (i != n)
                 return corrupt(r, "stack table changed while reading");
         r->n_stacks = n;
+        r->n_file_stacks = n;
         return 0;
 }
 
@@ -1168,6 +1189,7 @@ TRACE_API void trace_reader_close(struct trace_reader *r)
         free(r->frames);
         free(r->stack_parent);
         free(r->stack_frame);
+        free(r->canon);
         free(r->stack_depth);
         for (uint32_t i = 1; r->threads && i <= r->n_threads; i++)
                 free(r->threads[i].name);
@@ -1288,6 +1310,21 @@ TRACE_API int trace_reader_frame(const struct trace_reader *r, uint32_t frame_id
         out->line = f->line;
         out->first_line = f->first_line;
         out->kind = f->kind;
+        return 0;
+}
+
+TRACE_API int trace_reader_frame_module(const struct trace_reader *r, uint32_t frame_id,
+                                        const char **module, uint64_t *offset)
+{
+        if (!r || frame_id == 0 || frame_id > r->n_frames)
+                return TRACE_ERR_ARG;
+        const struct rframe *f = &r->frames[frame_id];
+        if (!f->module)
+                return 1;
+        if (module)
+                *module = r->strings[f->module];
+        if (offset)
+                *offset = f->offset;
         return 0;
 }
 
@@ -1658,8 +1695,8 @@ static int scan(struct trace_reader *r, const struct trace_filter *f, struct sin
                 }
                 struct chunk_cursor c = {0};
                 const char *why = NULL;
-                int d =
-                    chunk_cursor_init(&c, blob, (size_t)len, first, last, count, r->n_stacks, &why);
+                int d = chunk_cursor_init(&c, blob, (size_t)len, first, last, count,
+                                          r->n_file_stacks, &why);
                 bool whole = first >= from && last < to && !require && !exclude;
                 struct trace_sample s = {.thread = (uint32_t)thread};
                 while (d == 0) {
@@ -1670,13 +1707,15 @@ static int scan(struct trace_reader *r, const struct trace_filter *f, struct sin
                         if (!whole && (c.t_ns < from || c.t_ns >= to ||
                                        (c.state & require) != require || (c.state & exclude)))
                                 continue;
+                        /* (Not into c.stack: the cursor repeats it for "same" records.) */
+                        uint32_t stack = r->canon ? r->canon[c.stack] : c.stack;
                         if (sink->counts) {
-                                sink->counts[c.stack]++;
+                                sink->counts[stack]++;
                                 sink->total++;
                                 continue;
                         }
                         s.t_ns = c.t_ns;
-                        s.stack = c.stack;
+                        s.stack = stack;
                         s.state = c.state;
                         int stop = sink->fn(sink->ctx, &s);
                         if (stop) {
@@ -1693,6 +1732,144 @@ static int scan(struct trace_reader *r, const struct trace_filter *f, struct sin
         sqlite3_finalize(st);
         free(want);
         return status;
+}
+
+/* (parent, frame) -> stack of the view, open addressing. */
+struct view_map {
+        uint64_t *keys; /* parent << 32 | frame; frame 0 never used: 0 is empty */
+        uint32_t *vals;
+        size_t cap;
+};
+
+static uint32_t *view_slot(struct view_map *m, uint64_t key)
+{
+        size_t j = pf_hash_u64(0, key) & (m->cap - 1);
+        while (m->keys[j] && m->keys[j] != key)
+                j = (j + 1) & (m->cap - 1);
+        m->keys[j] = key;
+        return &m->vals[j];
+}
+
+static int grow_u32(uint32_t **p, size_t n)
+{
+        uint32_t *q = realloc(*p, n * sizeof(**p));
+        if (!q)
+                return -1;
+        *p = q;
+        return 0;
+}
+
+/* The frame standing for module string `module` in the view (appended once). */
+static int module_frame(struct trace_reader *r, uint32_t module, uint32_t *by_module, uint32_t *out)
+{
+        if (by_module[module]) {
+                *out = by_module[module];
+                return 0;
+        }
+        const char *path = r->strings[module];
+        const char *base = strrchr(path, '/');
+        const char **strings = realloc(r->strings, ((size_t)r->n_strings + 2) * sizeof(*strings));
+        if (!strings)
+                return fail_nomem(r);
+        r->strings = strings;
+        r->strings[++r->n_strings] = base ? base + 1 : path;
+        struct rframe *frames = realloc(r->frames, ((size_t)r->n_frames + 2) * sizeof(*frames));
+        if (!frames)
+                return fail_nomem(r);
+        r->frames = frames;
+        r->frames[++r->n_frames] =
+            (struct rframe){r->n_strings, 0, module, -1, -1, TRACE_FRAME_NATIVE, module, 0};
+        by_module[module] = r->n_frames;
+        *out = r->n_frames;
+        return 0;
+}
+
+TRACE_API int trace_reader_set_native_view(struct trace_reader *r, enum trace_native_view view)
+{
+        if (!r || (view != TRACE_NATIVE_SHOW && view != TRACE_NATIVE_HIDE &&
+                   view != TRACE_NATIVE_BY_MODULE))
+                return TRACE_ERR_ARG;
+        if (r->native_view_set && r->native_view == view)
+                return 0;
+        if (!r->loaded || r->native_view_set)
+                return fail(r, TRACE_ERR_STATE, "the native view is set once, after opening");
+        r->native_view_set = true;
+        r->native_view = view;
+        bool any = false;
+        for (uint32_t i = 1; i <= r->n_frames && !any; i++)
+                any = r->frames[i].kind == TRACE_FRAME_NATIVE;
+        if (view == TRACE_NATIVE_SHOW || !any)
+                return 0;
+        uint32_t n = r->n_file_stacks;
+        struct view_map m = {0};
+        for (m.cap = 16; m.cap < (size_t)n * 2; m.cap *= 2)
+                ;
+        m.keys = calloc(m.cap, sizeof(*m.keys));
+        m.vals = calloc(m.cap, sizeof(*m.vals));
+        uint32_t *canon = calloc(n, sizeof(*canon));
+        uint32_t *by_module = calloc((size_t)r->n_strings + 1, sizeof(*by_module));
+        int rc = 0;
+        if (!m.keys || !m.vals || !canon || !by_module) {
+                rc = fail_nomem(r);
+                goto out;
+        }
+        /* Parents come before their children (checked at load): one pass. */
+        uint32_t cap = n;
+        for (uint32_t s = 1; s < n && rc == 0; s++) {
+                uint32_t parent = canon[r->stack_parent[s]];
+                uint32_t frame = r->stack_frame[s];
+                const struct rframe *f = &r->frames[frame];
+                if (f->kind == TRACE_FRAME_NATIVE) {
+                        if (view == TRACE_NATIVE_HIDE || !f->module) {
+                                canon[s] = parent;
+                                continue;
+                        }
+                        if ((rc = module_frame(r, f->module, by_module, &frame)) < 0)
+                                break;
+                        /* A run of frames of one module is one frame. */
+                        if (parent != TRACE_STACK_EMPTY && r->stack_frame[parent] == frame) {
+                                canon[s] = parent;
+                                continue;
+                        }
+                }
+                uint32_t *slot = view_slot(&m, (uint64_t)parent << 32 | frame);
+                if (*slot) {
+                        canon[s] = *slot;
+                        continue;
+                }
+                uint32_t id = s;
+                if (parent != r->stack_parent[s] || frame != r->stack_frame[s]) {
+                        if (r->n_stacks == UINT32_MAX - 1) {
+                                rc = fail(r, TRACE_ERR_ARG, "too many stacks");
+                                break;
+                        }
+                        if (r->n_stacks == cap) {
+                                cap = cap * 2 + 16;
+                                if (grow_u32(&r->stack_parent, cap) < 0 ||
+                                    grow_u32(&r->stack_frame, cap) < 0 ||
+                                    grow_u32(&r->stack_depth, cap) < 0) {
+                                        rc = fail_nomem(r);
+                                        break;
+                                }
+                        }
+                        id = r->n_stacks++;
+                        r->stack_parent[id] = parent;
+                        r->stack_frame[id] = frame;
+                        r->stack_depth[id] = r->stack_depth[parent] + 1;
+                }
+                *slot = id;
+                canon[s] = id;
+        }
+out:
+        free(m.keys);
+        free(m.vals);
+        free(by_module);
+        if (rc < 0) {
+                free(canon);
+                return rc;
+        }
+        r->canon = canon;
+        return 0;
 }
 
 TRACE_API int trace_reader_foreach_sample(struct trace_reader *r, const struct trace_filter *filter,

@@ -58,7 +58,7 @@ TRACE_API const char *trace_status_str(int status);
 /* Frame kinds (frozen on disk too). */
 enum trace_frame_kind {
         TRACE_FRAME_PYTHON = 0,  /* a Python function frame */
-        TRACE_FRAME_NATIVE = 1,  /* a native (C) frame, for future native unwinding */
+        TRACE_FRAME_NATIVE = 1,  /* a native (C) frame (pyflame-record --native) */
         TRACE_FRAME_SPECIAL = 2, /* a pseudo frame made by pyflame, e.g. "<unknown>" */
         TRACE_FRAME_TASK = 3,    /* an asyncio task: function is its name, file "<task>" */
 };
@@ -141,6 +141,18 @@ TRACE_API int trace_writer_intern_frame(struct trace_writer *w, const struct tra
                                         uint32_t *frame_id);
 
 /*
+ * Intern a native frame: trace_writer_intern_frame() with the frame's
+ * place in its binary, the module (path of the shared object or
+ * executable, required) and the ELF address in it (`offset`: the
+ * function's start when the function is known, else the instruction's).
+ * f->kind must be TRACE_FRAME_NATIVE. Frames that differ only in module or
+ * offset are distinct frames.
+ */
+TRACE_API int trace_writer_intern_native_frame(struct trace_writer *w,
+                                               const struct trace_frame_desc *f, const char *module,
+                                               uint64_t offset, uint32_t *frame_id);
+
+/*
  * Intern the stack made of `parent` (TRACE_STACK_EMPTY for a root) with
  * `frame` on top (the callee). Identical (parent, frame) pairs give the same
  * id. Stacks therefore form a prefix tree rooted at TRACE_STACK_EMPTY.
@@ -221,6 +233,7 @@ enum trace_error_kind {
         TRACE_ERROR_READ = 1, /* memory read failed */
         TRACE_ERROR_LATE = 2, /* the sampler missed its deadline (one per missed tick) */
         TRACE_ERROR_OTHER = 3,
+        TRACE_ERROR_UNMATCHED = 4, /* a native stack its Python stack could not be merged into */
         TRACE_ERROR_KIND_COUNT
 };
 
@@ -336,6 +349,35 @@ struct trace_frame {
 TRACE_API uint32_t trace_reader_frame_count(const struct trace_reader *r); /* ids 1..count */
 TRACE_API int trace_reader_frame(const struct trace_reader *r, uint32_t frame_id,
                                  struct trace_frame *out);
+
+/*
+ * The module and offset of native frame `frame_id` (trace_writer_intern_
+ * native_frame()). Returns 0 with both set (the string owned by the
+ * reader), 1 when the frame has none (not native, or a trace written
+ * before they were stored: both left untouched), or TRACE_ERR_ARG. A
+ * function of its own, not fields of struct trace_frame, for the same
+ * reason as trace_reader_process_origin().
+ */
+TRACE_API int trace_reader_frame_module(const struct trace_reader *r, uint32_t frame_id,
+                                        const char **module, uint64_t *offset);
+
+/* How native frames appear (trace_reader_set_native_view). */
+enum trace_native_view {
+        TRACE_NATIVE_SHOW = 0,      /* as recorded (the default) */
+        TRACE_NATIVE_HIDE = 1,      /* not at all: Python frames only */
+        TRACE_NATIVE_BY_MODULE = 2, /* one frame per run of frames of one module */
+};
+
+/*
+ * Show the trace's native frames as `view` says, for everything read after
+ * (samples, stacks, frames, counts): stacks that become the same stack are
+ * one stack, reported under one id (new stacks and, by module, one new
+ * native frame per module, named by the module's file name, are appended
+ * to the ids). Once per reader, before reading samples (setting the
+ * same view again does nothing). Returns 0, TRACE_ERR_STATE (another view
+ * was set), TRACE_ERR_NOMEM.
+ */
+TRACE_API int trace_reader_set_native_view(struct trace_reader *r, enum trace_native_view view);
 
 TRACE_API uint32_t trace_reader_stack_count(const struct trace_reader *r); /* ids 0..count-1 */
 /* Parent stack and top frame of `stack_id` (not valid for TRACE_STACK_EMPTY). */

@@ -66,6 +66,8 @@ struct wframe {
         uint32_t function, qualname, file; /* string ids; qualname 0: none */
         int32_t line, first_line;
         int kind;
+        uint32_t module; /* string id; 0: none (not a native frame) */
+        uint64_t offset;
 };
 
 struct wstack {
@@ -172,8 +174,8 @@ enum {
 
 static const char *const statement_sql[ST_COUNT] = {
     [ST_STRING] = "INSERT INTO strings(id, value) VALUES (?1, ?2)",
-    [ST_FRAME] = "INSERT INTO frames(id, function, qualname, file, line, first_line, kind) "
-                 "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    [ST_FRAME] = "INSERT INTO frames(id, function, qualname, file, line, first_line, kind, "
+                 "module, module_offset) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     [ST_STACK] = "INSERT INTO stacks(id, parent, frame, depth) VALUES (?1, ?2, ?3, ?4)",
     [ST_PROCESS] = "INSERT OR REPLACE INTO processes(pid, cmdline, python_version, "
                    "python_build, exit_status, end_ns, recording, source_pid) "
@@ -481,7 +483,8 @@ static bool frame_eq(const void *key, uint32_t id)
         const struct frame_key *k = key;
         const struct wframe *a = &k->w->frames[id], *b = &k->f;
         return a->function == b->function && a->qualname == b->qualname && a->file == b->file &&
-               a->line == b->line && a->first_line == b->first_line && a->kind == b->kind;
+               a->line == b->line && a->first_line == b->first_line && a->kind == b->kind &&
+               a->module == b->module && a->offset == b->offset;
 }
 
 static uint64_t frame_hash(const struct wframe *f)
@@ -490,11 +493,35 @@ static uint64_t frame_hash(const struct wframe *f)
         h = pf_hash_u64(h, f->qualname);
         h = pf_hash_u64(h, f->file);
         h = pf_hash_u64(h, (uint64_t)(uint32_t)f->line << 32 | (uint32_t)f->first_line);
-        return pf_hash_u64(h, (uint64_t)f->kind);
+        h = pf_hash_u64(h, (uint64_t)f->module << 8 | (uint64_t)f->kind);
+        return pf_hash_u64(h, f->offset);
 }
+
+static int intern_frame(struct trace_writer *w, const struct trace_frame_desc *f,
+                        const char *module, uint64_t offset, uint32_t *frame_id);
 
 TRACE_API int trace_writer_intern_frame(struct trace_writer *w, const struct trace_frame_desc *f,
                                         uint32_t *frame_id)
+{
+        return intern_frame(w, f, NULL, 0, frame_id);
+}
+
+TRACE_API int trace_writer_intern_native_frame(struct trace_writer *w,
+                                               const struct trace_frame_desc *f, const char *module,
+                                               uint64_t offset, uint32_t *frame_id)
+{
+        int rc = check_open(w);
+        if (rc < 0)
+                return rc;
+        if (!module || !f || f->kind != TRACE_FRAME_NATIVE)
+                return fail(w, TRACE_ERR_ARG, "a native frame needs kind native and a module");
+        if (offset > (uint64_t)INT64_MAX)
+                return fail(w, TRACE_ERR_ARG, "module offset out of range");
+        return intern_frame(w, f, module, offset, frame_id);
+}
+
+static int intern_frame(struct trace_writer *w, const struct trace_frame_desc *f,
+                        const char *module, uint64_t offset, uint32_t *frame_id)
 {
         int rc = check_open(w);
         if (rc < 0)
@@ -506,11 +533,12 @@ TRACE_API int trace_writer_intern_frame(struct trace_writer *w, const struct tra
                 return fail(w, TRACE_ERR_ARG, "unknown frame kind %d", (int)f->kind);
         struct frame_key k = {w,
                               {0, 0, 0, f->line < 0 ? -1 : f->line,
-                               f->first_line < 0 ? -1 : f->first_line, (int)f->kind}};
+                               f->first_line < 0 ? -1 : f->first_line, (int)f->kind, 0, offset}};
         /* Strings interned here stay interned even if the frame fails: harmless. */
         if ((rc = intern_string(w, f->function, &k.f.function)) < 0 ||
             (f->qualname && (rc = intern_string(w, f->qualname, &k.f.qualname)) < 0) ||
-            (rc = intern_string(w, f->file, &k.f.file)) < 0)
+            (rc = intern_string(w, f->file, &k.f.file)) < 0 ||
+            (module && (rc = intern_string(w, module, &k.f.module)) < 0))
                 return rc;
         uint64_t h = frame_hash(&k.f);
         uint32_t found = idmap_find(&w->frame_index, h, frame_eq, &k);
@@ -1098,6 +1126,8 @@ static int write_pending(struct trace_writer *w)
                 bind_int_or_null(st, 5, f->line, f->line >= 0);
                 bind_int_or_null(st, 6, f->first_line, f->first_line >= 0);
                 sqlite3_bind_int64(st, 7, f->kind);
+                bind_int_or_null(st, 8, f->module, f->module != 0);
+                bind_int_or_null(st, 9, (int64_t)f->offset, f->module != 0);
                 rc = run(st);
         }
         st = w->stmt[ST_STACK];

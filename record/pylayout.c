@@ -98,6 +98,7 @@ static const struct offset_field {
     {OFF(fr_state), true},
     {OFF(fr_owner), false},
     {OFF(fr_tlbc_index), false},
+    {OFF(fr_is_entry), false},
     {OFF(co_filename), true},
     {OFF(co_name), true},
     {OFF(co_qualname), true},
@@ -163,8 +164,8 @@ static const struct offset_field {
         .gil_locked = U, .gil_holder = U, .ts_next = U, .ts_interp = U, .ts_frame = U,             \
         .ts_thread_id = U, .ts_native_tid = U, .ts_datastack_chunk = U, .ts_datastack_top = U,     \
         .ts_state = U, .ts_base_frame = U, .cframe_current = U, .fr_back = U, .fr_code = U,        \
-        .fr_lasti = U, .fr_state = U, .fr_owner = U, .fr_tlbc_index = U, .co_filename = U,         \
-        .co_name = U, .co_qualname = U, .co_linetable = U, .co_firstlineno = U,                    \
+        .fr_lasti = U, .fr_state = U, .fr_owner = U, .fr_tlbc_index = U, .fr_is_entry = U,         \
+        .co_filename = U, .co_name = U, .co_qualname = U, .co_linetable = U, .co_firstlineno = U,  \
         .co_firsttraceable = U, .co_code_adaptive = U, .co_tlbc = U, .co_code = U,                 \
         .str_length = U, .str_state = U, .str_ascii_size = U, .str_compact_size = U,               \
         .str_data = U, .bytes_size = U, .bytes_sval = U, .chunk_previous = U, .chunk_size = U,     \
@@ -208,7 +209,7 @@ static const struct pylayout builds[] = {
         .cframe_current = X,
         /* frames */
         .fr_back = 24, .fr_code = 32, .fr_lasti = 120, .fr_state = X, .fr_state_kind = 0,
-        .fr_owner = X, .fr_tlbc_index = X, .fr_code_mask = X, .owner_generator = 127,
+        .fr_owner = X, .fr_tlbc_index = X, .fr_is_entry = X, .fr_code_mask = X, .owner_generator = 127,
         .owner_skip_from = 127, .executable_any = 0, .init_shim = 0,
         /* PyCodeObject */
         .co_filename = 80, .co_name = 88, .co_qualname = X, .co_linetable = 104,
@@ -244,7 +245,7 @@ static const struct pylayout builds[] = {
         .cframe_current = X,
         /* frames */
         .fr_back = 24, .fr_code = 32, .fr_lasti = 120, .fr_state = 132, .fr_state_kind = 1,
-        .fr_owner = X, .fr_tlbc_index = X, .fr_code_mask = X, .owner_generator = 127,
+        .fr_owner = X, .fr_tlbc_index = X, .fr_is_entry = X, .fr_code_mask = X, .owner_generator = 127,
         .owner_skip_from = 127, .executable_any = 0, .init_shim = 0,
         /* PyCodeObject */
         .co_filename = 96, .co_name = 104, .co_qualname = X, .co_linetable = 112,
@@ -280,7 +281,7 @@ static const struct pylayout builds[] = {
         .cframe_current = X,
         /* frames */
         .fr_back = 24, .fr_code = 32, .fr_lasti = 104, .fr_state = 116, .fr_state_kind = 1,
-        .fr_owner = X, .fr_tlbc_index = X, .fr_code_mask = X, .owner_generator = 127,
+        .fr_owner = X, .fr_tlbc_index = X, .fr_is_entry = X, .fr_code_mask = X, .owner_generator = 127,
         .owner_skip_from = 127, .executable_any = 0, .init_shim = 0,
         /* PyCodeObject */
         .co_filename = 96, .co_name = 104, .co_qualname = X, .co_linetable = 112,
@@ -322,7 +323,7 @@ static const struct pylayout builds[] = {
         .cframe_current = X,
         /* frames */
         .fr_back = 24, .fr_code = 32, .fr_lasti = 104, .fr_state = 116, .fr_state_kind = 1,
-        .fr_owner = X, .fr_tlbc_index = X, .fr_code_mask = X, .owner_generator = 127,
+        .fr_owner = X, .fr_tlbc_index = X, .fr_is_entry = X, .fr_code_mask = X, .owner_generator = 127,
         .owner_skip_from = 127, .executable_any = 0, .init_shim = 0,
         /* PyCodeObject */
         .co_filename = 104, .co_name = 112, .co_qualname = X, .co_linetable = 120,
@@ -364,7 +365,7 @@ static const struct pylayout builds[] = {
         .cframe_current = X,
         /* frames */
         .fr_back = 24, .fr_code = 32, .fr_lasti = 104, .fr_state = 116, .fr_state_kind = 1,
-        .fr_owner = X, .fr_tlbc_index = X, .fr_code_mask = X, .owner_generator = 127,
+        .fr_owner = X, .fr_tlbc_index = X, .fr_is_entry = X, .fr_code_mask = X, .owner_generator = 127,
         .owner_skip_from = 127, .executable_any = 0, .init_shim = 0,
         /* PyCodeObject */
         .co_filename = 104, .co_name = 112, .co_qualname = X, .co_linetable = 120,
@@ -406,7 +407,7 @@ static const struct pylayout builds[] = {
         .cframe_current = X,
         /* frames */
         .fr_back = 24, .fr_code = 32, .fr_lasti = 96, .fr_state = 108, .fr_state_kind = 2,
-        .fr_owner = X, .fr_tlbc_index = X, .fr_code_mask = X, .owner_generator = 127,
+        .fr_owner = X, .fr_tlbc_index = X, .fr_is_entry = X, .fr_code_mask = X, .owner_generator = 127,
         .owner_skip_from = 127, .executable_any = 0, .init_shim = 0,
         /* PyCodeObject */
         .co_filename = 104, .co_name = 112, .co_qualname = X, .co_linetable = 120,
@@ -448,7 +449,7 @@ static const struct pylayout builds[] = {
         .cframe_current = 8,
         /* frames */
         .fr_back = 48, .fr_code = 32, .fr_lasti = 56, .fr_state = X, .fr_state_kind = 0,
-        .fr_owner = 69, .fr_tlbc_index = X, .fr_code_mask = X, .owner_generator = 1,
+        .fr_owner = 69, .fr_tlbc_index = X, .fr_is_entry = 68, .fr_code_mask = X, .owner_generator = 1,
         .owner_skip_from = 127, .executable_any = 0, .init_shim = 0,
         /* PyCodeObject */
         .co_filename = 112, .co_name = 120, .co_qualname = 128, .co_linetable = 136,
@@ -490,7 +491,7 @@ static const struct pylayout builds[] = {
         .cframe_current = 0,
         /* frames */
         .fr_back = 8, .fr_code = 0, .fr_lasti = 56, .fr_state = X, .fr_state_kind = 0,
-        .fr_owner = 70, .fr_tlbc_index = X, .fr_code_mask = X, .owner_generator = 1,
+        .fr_owner = 70, .fr_tlbc_index = X, .fr_is_entry = X, .fr_code_mask = X, .owner_generator = 1,
         .owner_skip_from = 3, .executable_any = 0, .init_shim = 0,
         /* PyCodeObject */
         .co_filename = 112, .co_name = 120, .co_qualname = 128, .co_linetable = 136,
@@ -532,7 +533,7 @@ static const struct pylayout builds[] = {
         .cframe_current = X,
         /* frames */
         .fr_back = D, .fr_code = D, .fr_lasti = D, .fr_state = X, .fr_state_kind = 0, .fr_owner = D,
-        .fr_tlbc_index = X, .fr_code_mask = X, .owner_generator = 1, .owner_skip_from = 3,
+        .fr_tlbc_index = X, .fr_is_entry = X, .fr_code_mask = X, .owner_generator = 1, .owner_skip_from = 3,
         .executable_any = 1, .init_shim = 1,
         /* PyCodeObject */
         .co_filename = D, .co_name = D, .co_qualname = D, .co_linetable = D, .co_firstlineno = D,
@@ -573,7 +574,7 @@ static const struct pylayout builds[] = {
         .cframe_current = X,
         /* frames */
         .fr_back = D, .fr_code = D, .fr_lasti = D, .fr_state = X, .fr_state_kind = 0, .fr_owner = D,
-        .fr_tlbc_index = X, .fr_code_mask = X, .owner_generator = 1, .owner_skip_from = 3,
+        .fr_tlbc_index = X, .fr_is_entry = X, .fr_code_mask = X, .owner_generator = 1, .owner_skip_from = 3,
         .executable_any = 1, .init_shim = 1,
         /* PyCodeObject */
         .co_filename = D, .co_name = D, .co_qualname = D, .co_linetable = D, .co_firstlineno = D,
@@ -608,7 +609,7 @@ static const struct pylayout builds[] = {
         .cframe_current = X,
         /* frames */
         .fr_back = D, .fr_code = D, .fr_lasti = D, .fr_state = X, .fr_state_kind = 0, .fr_owner = D,
-        .fr_tlbc_index = X, .fr_code_mask = ~3, .owner_generator = 1, .owner_skip_from = 3,
+        .fr_tlbc_index = X, .fr_is_entry = X, .fr_code_mask = ~3, .owner_generator = 1, .owner_skip_from = 3,
         .executable_any = 1, .init_shim = 1,
         /* PyCodeObject */
         .co_filename = D, .co_name = D, .co_qualname = D, .co_linetable = D, .co_firstlineno = D,
@@ -643,7 +644,7 @@ static const struct pylayout builds[] = {
         .cframe_current = X,
         /* frames */
         .fr_back = D, .fr_code = D, .fr_lasti = D, .fr_state = X, .fr_state_kind = 0, .fr_owner = D,
-        .fr_tlbc_index = D, .fr_code_mask = ~3, .owner_generator = 1, .owner_skip_from = 3,
+        .fr_tlbc_index = D, .fr_is_entry = X, .fr_code_mask = ~3, .owner_generator = 1, .owner_skip_from = 3,
         .executable_any = 1, .init_shim = 1,
         /* PyCodeObject */
         .co_filename = D, .co_name = D, .co_qualname = D, .co_linetable = D, .co_firstlineno = D,
@@ -678,7 +679,7 @@ static const struct pylayout builds[] = {
         .cframe_current = X,
         /* frames */
         .fr_back = D, .fr_code = D, .fr_lasti = D, .fr_state = X, .fr_state_kind = 0, .fr_owner = D,
-        .fr_tlbc_index = X, .fr_code_mask = ~3, .owner_generator = 1, .owner_skip_from = 3,
+        .fr_tlbc_index = X, .fr_is_entry = X, .fr_code_mask = ~3, .owner_generator = 1, .owner_skip_from = 3,
         .executable_any = 1, .init_shim = 1,
         /* PyCodeObject */
         .co_filename = D, .co_name = D, .co_qualname = D, .co_linetable = D, .co_firstlineno = D,
@@ -713,7 +714,7 @@ static const struct pylayout builds[] = {
         .cframe_current = X,
         /* frames */
         .fr_back = D, .fr_code = D, .fr_lasti = D, .fr_state = X, .fr_state_kind = 0, .fr_owner = D,
-        .fr_tlbc_index = D, .fr_code_mask = ~3, .owner_generator = 1, .owner_skip_from = 3,
+        .fr_tlbc_index = D, .fr_is_entry = X, .fr_code_mask = ~3, .owner_generator = 1, .owner_skip_from = 3,
         .executable_any = 1, .init_shim = 1,
         /* PyCodeObject */
         .co_filename = D, .co_name = D, .co_qualname = D, .co_linetable = D, .co_firstlineno = D,
@@ -1037,6 +1038,7 @@ static void derive_read_sizes(struct pylayout *L)
         f = span_end(L->fr_owner, 1, f);
         f = span_end(L->fr_state, 1, f);
         f = span_end(L->fr_tlbc_index, 4, f);
+        f = span_end(L->fr_is_entry, 1, f);
         L->fr_read = (f + 7) & ~7u;
         uint32_t c = 0;
         c = span_end(L->ob_type, 8, c);

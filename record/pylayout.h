@@ -129,6 +129,12 @@ struct pylayout {
         /* PyFrameObject (<=3.10) or _PyInterpreterFrame (3.11+) */
         int32_t fr_back, fr_code, fr_lasti, fr_owner, fr_tlbc_index;
         /*
+         * 3.11: the bool that marks the first frame of each C-level eval call
+         * (later versions push an entry frame of their own instead, owner >=
+         * owner_skip_from). Merging native stacks needs it.
+         */
+        int32_t fr_is_entry;
+        /*
          * <=3.10: the frame's running state (f_executing 3.6-3.9, f_state
          * 3.10), -1 when absent. A chain that ends at a suspended generator
          * frame was read while that generator yielded (its f_back cleared):

@@ -837,6 +837,7 @@ static int walk_pass(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uint3
         struct cycle cyc;
         cycle_init(&cyc);
         uint64_t last = 0;
+        bool group_has_frames = false; /* a frame since the last entry frame (3.12+) */
         w->n_pending = 0;
         for (uint32_t steps = 0; addr; steps++) {
                 if (steps == MAX_STEPS || cycle_seen(&cyc, addr))
@@ -882,6 +883,7 @@ static int walk_pass(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uint3
                         return PYWALK_TORN;
                 uint64_t code = rd64(fr + L->fr_code) & L->fr_code_mask;
                 uint8_t owner = L->fr_owner >= 0 ? fr[L->fr_owner] : 0;
+                uint8_t entry_byte = L->fr_is_entry >= 0 ? fr[L->fr_is_entry] : 0;
                 struct frame_pos pos;
                 frame_pos_get(L, fr, &pos);
                 fr = NULL;
@@ -893,8 +895,17 @@ static int walk_pass(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uint3
                 if (!back && owner == L->owner_generator)
                         return PYWALK_TORN;
                 addr = back;
-                if (owner >= L->owner_skip_from || !code)
-                        continue; /* entry frame of a C call into the eval loop, or being cleared */
+                if (owner >= L->owner_skip_from) {
+                        /* 3.12+: the frames since the last entry frame are one eval call's. */
+                        if (*depth > 0 && group_has_frames)
+                                w->frames[*depth - 1].entry = true;
+                        group_has_frames = false;
+                        continue;
+                }
+                bool is_entry =
+                    L->frames == PYL_FRAMES_OBJECT || (L->fr_is_entry >= 0 && entry_byte != 0);
+                if (!code)
+                        continue; /* being cleared */
                 /*
                  * Code objects do not change while they are in use: reading
                  * one outside the batch does not mix instants (w->snap.misses).
@@ -919,6 +930,8 @@ static int walk_pass(struct pywalk *w, uint64_t tstate, const uint8_t *ts, uint3
                 if (*depth == PYWALK_MAX_DEPTH)
                         return PYWALK_TORN;
                 w->frames[*depth].code = &e->pub;
+                w->frames[*depth].entry = is_entry;
+                group_has_frames = true;
                 if (off != e->last_off) {
                         e->last_line = lt_map_lookup(&e->lines, off);
                         e->last_off = off;

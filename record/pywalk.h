@@ -39,6 +39,12 @@ struct pywalk_code {
 struct pywalk_frame {
         const struct pywalk_code *code;
         int32_t line; /* current line, or -1 when unknown */
+        /*
+         * The oldest frame of one C-level call of the eval loop: frames from
+         * the leaf (or the last entry frame) up to this one were run by one
+         * native eval function activation. Every frame before 3.11.
+         */
+        bool entry;
 };
 
 /* GIL / interpreter state of one thread at sample time. */

@@ -37,6 +37,7 @@
 #include <fcntl.h>
 
 #include "capture.h"
+#include "native.h"
 #include "pfutil.h"
 #include "pyfind.h"
 #include "proctree.h"
@@ -80,6 +81,8 @@ struct options {
         bool no_switch_events; /* thread states from /proc only */
         bool no_bpf;           /* never read a running thread in its own context */
         bool async_tasks;      /* --async: sample asyncio tasks beside the threads */
+        bool native;           /* merge native stacks in (implies blocking) */
+        bool native_all;       /* ... keeping the interpreter's call plumbing */
         uint64_t max_source_bytes;
         char **command; /* spawn mode: argv of the program */
 };
@@ -91,44 +94,50 @@ static const char *prog = "pyflame-record";
 
 static void usage(FILE *f)
 {
-        fprintf(f,
-                "Usage: %s [OPTIONS] -p PID[,PID...]\n"
-                "       %s [OPTIONS] -- COMMAND [ARGS...]\n"
-                "Sample the Python stacks of a running CPython process into a trace file.\n"
-                "\n"
-                "  -p, --pid PID[,PID]    attach to running process(es)\n"
-                "  -o, --output FILE      trace file (default pyflame-PID-YYYYmmdd-HHMMSS.db)\n"
-                "  -f, --force            overwrite FILE if it exists\n"
-                "  -r, --rate HZ          samples per second (default 100; e.g. 1k, 250hz)\n"
-                "  -d, --duration SECS    stop after this long (e.g. 30, 1.5s, 2m)\n"
-                "      --blocking         stop the target's threads while sampling (consistent\n"
-                "                         stacks, more overhead; needs ptrace permission)\n"
-                "      --nonblocking      never stop the target (default)\n"
-                "  -s, --subprocesses     also record child processes (started before or after\n"
-                "                         attaching: multiprocessing pools, subprocess, forks)\n"
-                "      --no-source        do not store the source files of sampled code\n"
-                "      --no-bpf           never read the thread running Python in its own context\n"
-                "                         (a BPF program, on an IPI to its CPU); its stack is\n"
-                "                         then read from outside while it changes, and the\n"
-                "                         shares of fast-changing code can be off\n"
-                "      --no-switch-events tell running from idle threads by reading /proc for\n"
-                "                         each sample, not from the kernel's context-switch\n"
-                "                         records (which cost the target ~0.3-0.4 us a switch)\n"
-                "      --max-source-bytes N\n"
-                "                         store at most N bytes of source text (default 64M,\n"
-                "                         e.g. 16M, 512k); a file over 1M is never stored\n"
-                "      --async            also record the asyncio tasks of each thread's running\n"
-                "                         event loop: every live task once a sample, in the\n"
-                "                         stack of awaits it waits in (CPython 3.7-3.13); see\n"
-                "                         them with pyflame-report --async\n"
-                "      --dump             print every thread's stack once and exit\n"
-                "  -q, --quiet            no status line or summary\n"
-                "  -h, --help             this help\n"
-                "  -V, --version          print the version, the trace format's and the\n"
-                "                         CPython versions it reads\n"
-                "\n"
-                "Then read the trace with pyflame-report FILE.\n",
-                prog, prog);
+        fprintf(
+            f,
+            "Usage: %s [OPTIONS] -p PID[,PID...]\n"
+            "       %s [OPTIONS] -- COMMAND [ARGS...]\n"
+            "Sample the Python stacks of a running CPython process into a trace file.\n"
+            "\n"
+            "  -p, --pid PID[,PID]    attach to running process(es)\n"
+            "  -o, --output FILE      trace file (default pyflame-PID-YYYYmmdd-HHMMSS.db)\n"
+            "  -f, --force            overwrite FILE if it exists\n"
+            "  -r, --rate HZ          samples per second (default 100; e.g. 1k, 250hz)\n"
+            "  -d, --duration SECS    stop after this long (e.g. 30, 1.5s, 2m)\n"
+            "      --blocking         stop the target's threads while sampling (consistent\n"
+            "                         stacks, more overhead; needs ptrace permission)\n"
+            "      --nonblocking      never stop the target (default)\n"
+            "      --native           also record native (C) stacks, merged with the Python\n"
+            "                         ones: C extensions, libraries, threads with no Python\n"
+            "                         (implies --blocking)\n"
+            "      --native-all       --native, keeping the interpreter's own call machinery\n"
+            "                         (vectorcall, PyObject_Call, ...) that is hidden by default\n"
+            "  -s, --subprocesses     also record child processes (started before or after\n"
+            "                         attaching: multiprocessing pools, subprocess, forks)\n"
+            "      --no-source        do not store the source files of sampled code\n"
+            "      --no-bpf           never read the thread running Python in its own context\n"
+            "                         (a BPF program, on an IPI to its CPU); its stack is\n"
+            "                         then read from outside while it changes, and the\n"
+            "                         shares of fast-changing code can be off\n"
+            "      --no-switch-events tell running from idle threads by reading /proc for\n"
+            "                         each sample, not from the kernel's context-switch\n"
+            "                         records (which cost the target ~0.3-0.4 us a switch)\n"
+            "      --max-source-bytes N\n"
+            "                         store at most N bytes of source text (default 64M,\n"
+            "                         e.g. 16M, 512k); a file over 1M is never stored\n"
+            "      --async            also record the asyncio tasks of each thread's running\n"
+            "                         event loop: every live task once a sample, in the\n"
+            "                         stack of awaits it waits in (CPython 3.7-3.13); see\n"
+            "                         them with pyflame-report --async\n"
+            "      --dump             print every thread's stack once and exit\n"
+            "  -q, --quiet            no status line or summary\n"
+            "  -h, --help             this help\n"
+            "  -V, --version          print the version, the trace format's and the\n"
+            "                         CPython versions it reads\n"
+            "\n"
+            "Then read the trace with pyflame-report FILE.\n",
+            prog, prog);
 }
 
 static int parse_pids(const char *arg, struct options *o)
@@ -162,7 +171,9 @@ static int parse_args(int argc, char **argv, struct options *o)
                 OPT_NO_SOURCE,
                 OPT_MAX_SOURCE,
                 OPT_NO_SWITCH_EVENTS,
-                OPT_NO_BPF
+                OPT_NO_BPF,
+                OPT_NATIVE,
+                OPT_NATIVE_ALL
         };
         static const struct option longopts[] = {
             {"pid", required_argument, NULL, 'p'},
@@ -171,6 +182,8 @@ static int parse_args(int argc, char **argv, struct options *o)
             {"rate", required_argument, NULL, 'r'},
             {"duration", required_argument, NULL, 'd'},
             {"blocking", no_argument, NULL, OPT_BLOCKING},
+            {"native", no_argument, NULL, OPT_NATIVE},
+            {"native-all", no_argument, NULL, OPT_NATIVE_ALL},
             {"nonblocking", no_argument, NULL, OPT_NONBLOCKING},
             {"dump", no_argument, NULL, OPT_DUMP},
             {"async", no_argument, NULL, OPT_ASYNC},
@@ -222,6 +235,12 @@ static int parse_args(int argc, char **argv, struct options *o)
                         break;
                 case OPT_BLOCKING:
                         o->blocking = true;
+                        break;
+                case OPT_NATIVE_ALL:
+                        o->native_all = true;
+                        /* fall through */
+                case OPT_NATIVE:
+                        o->native = true;
                         break;
                 case OPT_NONBLOCKING:
                         o->blocking = false;
@@ -276,6 +295,8 @@ static int parse_args(int argc, char **argv, struct options *o)
                         prog, prog);
                 return -1;
         }
+        if (o->native)
+                o->blocking = true; /* the registers and stack need the thread held */
         if (o->dump && o->command) {
                 fprintf(stderr, "%s: --dump needs -p PID\n", prog);
                 return -1;
@@ -461,9 +482,43 @@ static void stats_add(struct sampler_stats *sum, const struct sampler_stats *st)
         sum->reads += st->reads;
         sum->proc_state_reads += st->proc_state_reads;
         sum->held_over += st->held_over;
+        sum->native_samples += st->native_samples;
+        sum->unmatched += st->unmatched;
+        sum->native_captures += st->native_captures;
+        sum->native_capture_ns += st->native_capture_ns;
+        sum->native_unwinds += st->native_unwinds;
+        sum->native_unwind_ns += st->native_unwind_ns;
+        sum->native_warm_unwinds += st->native_warm_unwinds;
+        sum->native_warm_unwind_ns += st->native_warm_unwind_ns;
+        sum->native_frames += st->native_frames;
+        sum->native_symbols += st->native_symbols;
 }
 
 /* A sampler opened: give it what the recording shares with every sampler. */
+/*
+ * sampler_open(), then native stacks when asked for. Returns 0 or a
+ * negative enum pyfind_status (message in err); nothing is left open on
+ * failure.
+ */
+static int open_one(const struct options *o, pid_t pid, struct sampler **out, char *err,
+                    size_t errlen)
+{
+        struct sampler *s;
+        int rc = sampler_open(pid, o->blocking, &s, err, errlen);
+        if (rc < 0 || !o->native) {
+                if (rc == 0)
+                        *out = s;
+                return rc;
+        }
+        rc = sampler_set_native(s, o->native_all ? NATIVE_MERGE_KEEP_PLUMBING : 0, err, errlen);
+        if (rc < 0) {
+                sampler_close(s);
+                return rc == -ESRCH ? PYFIND_NO_PROCESS : PYFIND_UNSUPPORTED;
+        }
+        *out = s;
+        return 0;
+}
+
 static void setup_sampler(struct recording *r, struct sampler *s)
 {
         if (r->o->no_switch_events)
@@ -583,7 +638,7 @@ static void follow_children(struct recording *r, int64_t now)
                         continue;
                 char err[512];
                 struct sampler *s;
-                int rc = sampler_open(kids[k], r->o->blocking, &s, err, sizeof(err));
+                int rc = open_one(r->o, kids[k], &s, err, sizeof(err));
                 if (rc == 0)
                         setup_sampler(r, s);
                 if (rc == 0 && sampler_set_sink(s, r->k, err, sizeof(err)) < 0) {
@@ -793,7 +848,7 @@ static int open_sampler(struct recording *r, pid_t pid, int64_t wait_ns, struct 
 {
         int64_t deadline = pf_now_mono_ns() + wait_ns;
         for (;;) {
-                int rc = sampler_open(pid, r->o->blocking, out, err, errlen);
+                int rc = open_one(r->o, pid, out, err, errlen);
                 if (rc == 0)
                         setup_sampler(r, *out);
                 if (rc == 0)
@@ -822,6 +877,8 @@ static int set_meta(struct recording *r)
         if (rc == 0)
                 rc = trace_writer_set_meta(r->w, TRACE_META_MODE,
                                            r->o->blocking ? "blocking" : "nonblocking");
+        if (rc == 0 && r->o->native)
+                rc = trace_writer_set_meta(r->w, "native", r->o->native_all ? "all" : "merged");
         snprintf(buf, sizeof(buf), "%g", r->o->rate_hz);
         if (rc == 0)
                 rc = trace_writer_set_meta(r->w, TRACE_META_RATE_HZ, buf);
@@ -854,7 +911,7 @@ static int run_dump(struct options *o)
                 capture = NULL;
         for (size_t i = 0; i < o->n_pids; i++) {
                 struct sampler *s;
-                int rc = sampler_open(o->pids[i], o->blocking, &s, err, sizeof(err));
+                int rc = open_one(o, o->pids[i], &s, err, sizeof(err));
                 if (rc < 0) {
                         fprintf(stderr, "%s: %s\n", prog, err);
                         status = exit_for_pyfind(rc);
@@ -1100,6 +1157,21 @@ static int finish_trace(struct recording *r, int status)
         trace_writer_set_meta_int(w, "captures_failed", (int64_t)r->closed.capture_failed);
         trace_writer_set_meta_int(w, "torn_retries", (int64_t)r->closed.retries);
         trace_writer_set_meta_int(w, "torn_recovered", (int64_t)r->closed.recovered);
+        if (r->o->native) {
+                const struct sampler_stats *c = &r->closed;
+                trace_writer_set_meta_int(w, "native_samples", (int64_t)c->native_samples);
+                trace_writer_set_meta_int(w, "native_unmatched", (int64_t)c->unmatched);
+                trace_writer_set_meta_int(w, "native_captures", (int64_t)c->native_captures);
+                trace_writer_set_meta_int(w, "native_capture_ns", (int64_t)c->native_capture_ns);
+                trace_writer_set_meta_int(w, "native_unwinds", (int64_t)c->native_unwinds);
+                trace_writer_set_meta_int(w, "native_unwind_ns", (int64_t)c->native_unwind_ns);
+                trace_writer_set_meta_int(w, "native_warm_unwinds",
+                                          (int64_t)c->native_warm_unwinds);
+                trace_writer_set_meta_int(w, "native_warm_unwind_ns",
+                                          (int64_t)c->native_warm_unwind_ns);
+                trace_writer_set_meta_int(w, "native_frames", (int64_t)c->native_frames);
+                trace_writer_set_meta_int(w, "native_symbols", (int64_t)c->native_symbols);
+        }
         if (r->sources) {
                 /* Whatever is still queued: the processes may be gone, their roots are not. */
                 sources_pump(r->sources, -1);

@@ -22,6 +22,7 @@
 #include "pfutil.h"
 #include "capture.h"
 #include "cpustate.h"
+#include "native.h"
 #include "procfs.h"
 #include "pyfind.h"
 #include "pywalk.h"
@@ -82,6 +83,23 @@ struct task_ref {
         uint32_t name_id; /* the pywalk code id of its name: a new name, a new task */
         uint32_t thread_ref;
         uint32_t ref; /* 0: empty slot */
+};
+
+/*
+ * A native frame as the stack caches see it: a code object whose id has
+ * NATIVE_CODE_BIT set (walker ids stay far below it) and its symbol.
+ */
+#define NATIVE_CODE_BIT 0x80000000u
+struct ncode {
+        struct pywalk_code pub; /* first: frames point here */
+        const struct native_sym *sym;
+};
+
+/* A thread with no Python (--native): its native stack only. */
+struct nthread {
+        pid_t tid;
+        uint32_t ref; /* trace thread ref, 0 when not yet registered */
+        uint64_t seen_tick;
 };
 
 /* One entry of the whole-stack cache. */
@@ -169,6 +187,17 @@ struct sampler {
         size_t task_ref_cap, task_ref_n;
         struct pywalk_frame *task_build; /* scratch: one task's stack, leaf first */
         size_t task_build_cap;
+
+        /* --native: native stacks merged in (native.h); NULL: Python only. */
+        struct native *native;
+        unsigned native_flags;                /* NATIVE_MERGE_* */
+        const struct native_sym **nat_frames; /* scratch: one unwind */
+        struct native_merged *merged;         /* scratch: one merge */
+        struct pywalk_frame *merged_frames;   /* scratch: the merge as walker frames */
+        struct ncode *ncodes;                 /* by native_sym id */
+        size_t cap_ncodes;
+        struct nthread *nthreads;
+        size_t n_nthreads, cap_nthreads;
 };
 
 pid_t sampler_pid(const struct sampler *s)
@@ -190,6 +219,18 @@ void sampler_get_stats(const struct sampler *s, struct sampler_stats *st)
 {
         *st = s->st;
         st->reads = s->walk ? pywalk_reads(s->walk) : 0;
+        if (s->native) {
+                struct native_stats ns;
+                native_get_stats(s->native, &ns);
+                st->native_captures = ns.captures;
+                st->native_capture_ns = ns.capture_ns;
+                st->native_unwinds = ns.unwinds;
+                st->native_unwind_ns = ns.unwind_ns;
+                st->native_warm_unwinds = ns.warm_unwinds;
+                st->native_warm_unwind_ns = ns.warm_unwind_ns;
+                st->native_frames = ns.frames;
+                st->native_symbols = ns.symbols;
+        }
 }
 
 static void build_string(const struct pyfind_target *t, char *buf, size_t len)
@@ -286,6 +327,30 @@ void sampler_set_sources(struct sampler *s, struct sources *src, int handle)
         s->sources_handle = handle;
 }
 
+#define MERGED_MAX (PYWALK_MAX_DEPTH + NATIVE_MAX_DEPTH)
+
+int sampler_set_native(struct sampler *s, unsigned flags, char *err, size_t errlen)
+{
+        if (!s->blocking) {
+                snprintf(err, errlen, "native stacks need --blocking");
+                return -EINVAL;
+        }
+        int rc = native_open(s->pid, &s->native, err, errlen);
+        if (rc < 0)
+                return rc;
+        s->native_flags = flags;
+        if (flags & NATIVE_MERGE_KEEP_PLUMBING)
+                native_keep_plumbing(s->native);
+        s->nat_frames = malloc(NATIVE_MAX_DEPTH * sizeof(*s->nat_frames));
+        s->merged = malloc(MERGED_MAX * sizeof(*s->merged));
+        s->merged_frames = malloc(MERGED_MAX * sizeof(*s->merged_frames));
+        if (!s->nat_frames || !s->merged || !s->merged_frames) {
+                snprintf(err, errlen, "out of memory");
+                return -ENOMEM;
+        }
+        return 0;
+}
+
 void sampler_close(struct sampler *s)
 {
         if (!s)
@@ -321,6 +386,12 @@ void sampler_close(struct sampler *s)
         free(s->stacks);
         pf_buf_free(&s->stack_keys);
         free(s->stack_build);
+        native_close(s->native);
+        free(s->nat_frames);
+        free(s->merged);
+        free(s->merged_frames);
+        free(s->ncodes);
+        free(s->nthreads);
         free(s);
 }
 
@@ -488,6 +559,11 @@ static void threads_gc(struct sampler *s)
                 s->threads[kept++] = *t;
         }
         s->n_threads = kept;
+        kept = 0;
+        for (size_t i = 0; i < s->n_nthreads; i++)
+                if (s->tick - s->nthreads[i].seen_tick <= 100)
+                        s->nthreads[kept++] = s->nthreads[i];
+        s->n_nthreads = kept;
 }
 
 static void on_name(void *ctx, int64_t interp_id, uint64_t thread_id, const char *name)
@@ -583,24 +659,33 @@ static int frame_id(struct sampler *s, const struct pywalk_frame *f, uint32_t *o
                 }
                 j = (j + 1) & (s->frame_cap - 1);
         }
+        bool native = (f->code->id & NATIVE_CODE_BIT) != 0;
         struct trace_frame_desc d = {
             .function = f->code->name,
             .qualname = f->code->qualname,
             .file = f->code->file,
             .line = f->line,
             .first_line = f->code->first_line,
-            .kind = f->code->task ? TRACE_FRAME_TASK : TRACE_FRAME_PYTHON,
+            .kind = native          ? TRACE_FRAME_NATIVE
+                    : f->code->task ? TRACE_FRAME_TASK
+                                    : TRACE_FRAME_PYTHON,
         };
         uint32_t id;
         assert(!s->k || tsink_held(s->k));
-        int rc = trace_writer_intern_frame(s->w, &d, &id);
+        int rc;
+        if (native) {
+                const struct native_sym *sym = ((const struct ncode *)f->code)->sym;
+                rc = trace_writer_intern_native_frame(s->w, &d, sym->module, sym->offset, &id);
+        } else {
+                rc = trace_writer_intern_frame(s->w, &d, &id);
+        }
         if (rc < 0)
                 return rc;
         s->frame_keys[j] = key;
         s->frame_vals[j] = id;
         s->frame_n++;
         /* A frame never seen: its file may be new too (read at flush time, not here). */
-        if (s->sources && !f->code->task)
+        if (s->sources && !native && !f->code->task)
                 sources_note(s->sources, s->sources_handle, d.file);
         *out = id;
         return 0;
@@ -879,7 +964,7 @@ static int sample_tasks(struct sampler *s)
                         } else {
                                 rc = task_build_push(s, &d, tk->frames, tk->depth);
                         }
-                        struct pywalk_frame marker = {tk->name, -1};
+                        struct pywalk_frame marker = {.code = tk->name, .line = -1};
                         if (rc == 0)
                                 rc = task_build_push(s, &d, &marker, 1);
                         cur = tk->parent;
@@ -895,6 +980,164 @@ static int sample_tasks(struct sampler *s)
                 tsink_sample(s->k, ref, s->tick_ns, stack, state);
                 s->st.task_samples++;
         }
+        return 0;
+}
+
+/* ---- native stacks ---------------------------------------------------- */
+
+/* Make ncodes hold ids up to max_id. */
+static int ncodes_reserve(struct sampler *s, uint32_t max_id)
+{
+        if (max_id < s->cap_ncodes)
+                return 0;
+        size_t cap = s->cap_ncodes ? s->cap_ncodes : 1024;
+        while (cap <= max_id)
+                cap *= 2;
+        struct ncode *p = realloc(s->ncodes, cap * sizeof(*p));
+        if (!p)
+                return -ENOMEM;
+        memset(p + s->cap_ncodes, 0, (cap - s->cap_ncodes) * sizeof(*p));
+        s->ncodes = p;
+        s->cap_ncodes = cap;
+        return 0;
+}
+
+static const struct pywalk_code *ncode_of(struct sampler *s, const struct native_sym *sym)
+{
+        struct ncode *c = &s->ncodes[sym->id];
+        if (!c->sym) {
+                c->sym = sym;
+                c->pub = (struct pywalk_code){.id = NATIVE_CODE_BIT | sym->id,
+                                              .name = sym->function,
+                                              .file = sym->file,
+                                              .first_line = -1};
+        }
+        return &c->pub;
+}
+
+/*
+ * The stack of `th` with its native stack merged in, into *out (frames in
+ * s->merged_frames, valid until the next call). Returns 0; 1 when the
+ * sample is dropped and counted instead (no native capture: a read error;
+ * stacks that do not match: unmatched); -ENOMEM.
+ */
+static int native_stack(struct sampler *s, pid_t tid, const struct pywalk_thread *th,
+                        struct pywalk_thread *out)
+{
+        size_t depth = 0;
+        int rc = tid > 0 ? native_unwind(s->native, tid, s->nat_frames, NATIVE_MAX_DEPTH, &depth)
+                         : -ENOENT;
+        if (rc == -ENOENT) {
+                s->st.read_errors++;
+                if (s->k)
+                        tsink_error(s->k, s->pid, TRACE_ERROR_READ, 1);
+                return 1;
+        }
+        int n = native_merge(s->nat_frames, depth, th ? th->frames : NULL, th ? th->depth : 0,
+                             s->native_flags, s->merged, MERGED_MAX);
+        if (n < 0) {
+                s->st.unmatched++;
+                if (s->k)
+                        tsink_error(s->k, s->pid, TRACE_ERROR_UNMATCHED, 1);
+                return 1;
+        }
+        uint32_t max_id = 0;
+        for (int i = 0; i < n; i++)
+                if (s->merged[i].sym && s->merged[i].sym->id > max_id)
+                        max_id = s->merged[i].sym->id;
+        if (ncodes_reserve(s, max_id) < 0)
+                return -ENOMEM;
+        for (int i = 0; i < n; i++) {
+                const struct native_sym *sym = s->merged[i].sym;
+                s->merged_frames[i] =
+                    sym ? (struct pywalk_frame){ncode_of(s, sym), sym->line, false}
+                        : *s->merged[i].py;
+        }
+        if (th)
+                *out = *th;
+        else
+                memset(out, 0, sizeof(*out));
+        out->frames = s->merged_frames;
+        out->depth = (uint32_t)n;
+        s->st.native_samples++;
+        return 0;
+}
+
+/*
+ * While the threads are held: capture the native stack of every thread,
+ * held or asleep (native.h). A thread that cannot be captured has no
+ * native stack this sample (native_stack() counts it).
+ */
+static void native_capture_all(struct sampler *s)
+{
+        native_begin(s->native);
+        for (size_t i = 0; i < s->stop.n; i++) {
+                const struct stopper_thread *t = &s->stop.threads[i];
+                if (t->held)
+                        native_capture_held(s->native, t->tid);
+                else if (t->state == 'S' || t->state == 'D')
+                        native_capture_sleeping(s->native, t->tid);
+        }
+}
+
+/* A thread of the process no Python thread ran on this sample: its native stack alone. */
+static int native_only_thread(struct sampler *s, pid_t tid)
+{
+        for (size_t i = 0; i < s->n_threads; i++)
+                if (s->threads[i].host_tid == tid && s->threads[i].seen_tick == s->tick)
+                        return 0;
+        struct nthread *t = NULL;
+        for (size_t i = 0; i < s->n_nthreads && !t; i++)
+                if (s->nthreads[i].tid == tid)
+                        t = &s->nthreads[i];
+        if (!t) {
+                if (s->n_nthreads == s->cap_nthreads) {
+                        size_t cap = s->cap_nthreads ? 2 * s->cap_nthreads : 8;
+                        struct nthread *p = realloc(s->nthreads, cap * sizeof(*p));
+                        if (!p)
+                                return -ENOMEM;
+                        s->nthreads = p;
+                        s->cap_nthreads = cap;
+                }
+                t = &s->nthreads[s->n_nthreads++];
+                *t = (struct nthread){.tid = tid};
+        }
+        t->seen_tick = s->tick;
+        struct pywalk_thread merged;
+        int rc = native_stack(s, tid, NULL, &merged);
+        if (rc != 0)
+                return rc < 0 ? rc : 0;
+        if (!s->k)
+                return 0;
+        if (!t->ref) {
+                char path[64], comm[64] = "";
+                snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", (int)s->pid, (int)tid);
+                FILE *f = fopen(path, "re");
+                if (f) {
+                        if (!fgets(comm, sizeof(comm), f))
+                                comm[0] = 0;
+                        fclose(f);
+                        comm[strcspn(comm, "\n")] = 0;
+                }
+                tsink_lock(s->k);
+                struct trace_thread_desc d = {.pid = s->pid,
+                                              .tid = tid,
+                                              .python_thread_id = 0,
+                                              .name = comm[0] ? comm : NULL};
+                rc = trace_writer_add_thread(s->w, &d, &t->ref);
+                if (rc < 0)
+                        rc = write_failed(s, rc);
+                tsink_unlock(s->k);
+                if (rc < 0)
+                        return rc;
+        }
+        uint32_t stack = TRACE_STACK_EMPTY;
+        if ((rc = stack_id(s, &merged, &stack)) < 0)
+                return rc;
+        int letter = stopper_thread_state(&s->stop, tid);
+        unsigned state = letter == 'R' || letter < 0 ? TRACE_STATE_ON_CPU : 0;
+        tsink_sample(s->k, t->ref, s->tick_ns, stack, state);
+        s->st.samples++;
         return 0;
 }
 
@@ -978,6 +1221,13 @@ static int sample_thread(struct sampler *s, const struct pywalk_thread *th)
                 state |= TRACE_STATE_HOLDS_GIL;
         if (th->gil & PYWALK_NO_GIL)
                 state |= TRACE_STATE_NO_GIL;
+        struct pywalk_thread merged;
+        if (s->native) {
+                int nrc = native_stack(s, t->host_tid, th, &merged);
+                if (nrc != 0)
+                        return nrc < 0 ? nrc : 0;
+                th = &merged;
+        }
         int rc = thread_register(s, t);
         uint32_t stack = TRACE_STACK_EMPTY;
         if (rc == 0)
@@ -1140,6 +1390,8 @@ int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
                 int rc = stopper_stop(&s->stop, s->pid, err, errlen);
                 if (rc < 0)
                         return rc;
+                if (s->native)
+                        native_capture_all(s);
         } else if (s->capture) {
                 capture_choose(s);
                 pywalk_set_batch_reader(s->walk, s->capture_tid ? capture_batch : NULL, s);
@@ -1168,6 +1420,9 @@ int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
                 th->frames = (struct pywalk_frame *)(s->held_frames.data + (uintptr_t)th->frames);
                 rc = sample_thread(s, th);
         }
+        /* --native: the threads that ran no Python (after the Python ones claimed theirs). */
+        for (size_t i = 0; s->native && rc >= 0 && i < native_capture_count(s->native); i++)
+                rc = native_only_thread(s, native_capture_tid(s->native, i));
         if (rc >= 0 && s->async && s->k)
                 rc = sample_tasks(s);
         if (s->write_rc < 0) {
@@ -1249,6 +1504,29 @@ static const char *dump_name_of(const struct dump_ctx *d, const struct pywalk_th
         return NULL;
 }
 
+/* A stack, leaf first: Python frames as py-spy dump prints them, native ones with their module. */
+static void dump_frames(FILE *out, const struct pywalk_thread *th)
+{
+        for (uint32_t i = 0; i < th->depth; i++) {
+                const struct pywalk_frame *f = &th->frames[i];
+                const char *name = f->code->qualname ? f->code->qualname : f->code->name;
+                if (f->code->id & NATIVE_CODE_BIT) {
+                        const struct native_sym *sym = ((const struct ncode *)f->code)->sym;
+                        const char *mod = strrchr(sym->module, '/');
+                        mod = mod ? mod + 1 : sym->module;
+                        if (f->line >= 0)
+                                fprintf(out, "    %s (%s:%d) [%s]\n", name, f->code->file,
+                                        (int)f->line, mod);
+                        else
+                                fprintf(out, "    %s [%s]\n", name, mod);
+                } else if (f->line >= 0) {
+                        fprintf(out, "    %s (%s:%d)\n", name, f->code->file, (int)f->line);
+                } else {
+                        fprintf(out, "    %s (%s)\n", name, f->code->file);
+                }
+        }
+}
+
 static int dump_thread(void *ctx, const struct pywalk_thread *th)
 {
         struct dump_ctx *d = ctx;
@@ -1273,13 +1551,50 @@ static int dump_thread(void *ctx, const struct pywalk_thread *th)
                 fprintf(d->out, "    <stack could not be read consistently>\n");
                 return 0;
         }
-        for (uint32_t i = 0; i < th->depth; i++) {
-                const struct pywalk_frame *f = &th->frames[i];
-                const char *name = f->code->qualname ? f->code->qualname : f->code->name;
-                if (f->line >= 0)
-                        fprintf(d->out, "    %s (%s:%d)\n", name, f->code->file, (int)f->line);
+        struct pywalk_thread merged;
+        if (s->native) {
+                int rc = native_stack(s, t->host_tid, th, &merged);
+                if (rc < 0)
+                        return rc;
+                if (rc == 0)
+                        th = &merged;
                 else
-                        fprintf(d->out, "    %s (%s)\n", name, f->code->file);
+                        fprintf(d->out, "    <native stack could not be merged: Python only>\n");
+        }
+        dump_frames(d->out, th);
+        return 0;
+}
+
+/* --dump --native: the threads that run no Python, after the Python ones. */
+static int dump_native_only(struct sampler *s, FILE *out)
+{
+        for (size_t i = 0; i < native_capture_count(s->native); i++) {
+                pid_t tid = native_capture_tid(s->native, i);
+                bool python = false;
+                for (size_t j = 0; j < s->n_threads && !python; j++)
+                        python = s->threads[j].host_tid == tid;
+                if (python)
+                        continue;
+                char path[64], comm[64] = "";
+                snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", (int)s->pid, (int)tid);
+                FILE *f = fopen(path, "re");
+                if (f) {
+                        if (!fgets(comm, sizeof(comm), f))
+                                comm[0] = 0;
+                        fclose(f);
+                        comm[strcspn(comm, "\n")] = 0;
+                }
+                int letter = stopper_thread_state(&s->stop, tid);
+                fprintf(out, "Thread (tid %d) \"%s\" %s, no Python\n", (int)tid, comm,
+                        letter == 'R' ? "active" : "idle");
+                struct pywalk_thread merged;
+                int rc = native_stack(s, tid, NULL, &merged);
+                if (rc < 0)
+                        return rc;
+                if (rc == 0)
+                        dump_frames(out, &merged);
+                else
+                        fprintf(out, "    <native stack could not be read>\n");
         }
         return 0;
 }
@@ -1389,12 +1704,16 @@ int sampler_dump(struct sampler *s, FILE *out, char *err, size_t errlen)
                         free(d.names);
                         return rc;
                 }
+                if (s->native)
+                        native_capture_all(s);
         }
         int rc = pywalk_sample(s->walk, dump_thread, &d);
         if (s->blocking)
                 stopper_resume(&s->stop);
         if (rc >= 0 && s->async)
                 dump_tasks(s, &d);
+        if (rc >= 0 && s->native)
+                rc = dump_native_only(s, out);
         for (size_t i = 0; i < d.n_names; i++)
                 free(d.names[i].name);
         free(d.names);

@@ -37,6 +37,11 @@ struct sampler_stats {
         uint64_t cache_resets;     /* frame and stack caches started afresh (bounded) */
         uint64_t held_over;        /* thread samples of instants during a hold (sampler_held) */
         uint64_t task_samples;     /* asyncio task samples written (--async) */
+        uint64_t native_samples;   /* thread samples with a native stack merged in */
+        uint64_t unmatched;        /* thread samples dropped: native and Python did not match */
+        /* --native: native.h's counters (struct native_stats) */
+        uint64_t native_captures, native_capture_ns, native_unwinds, native_unwind_ns;
+        uint64_t native_warm_unwinds, native_warm_unwind_ns, native_frames, native_symbols;
 };
 
 /*
@@ -79,6 +84,13 @@ struct capture;
  * read. NULL stops it; ignored in blocking mode. `c` must outlive s.
  */
 void sampler_set_capture(struct sampler *s, struct capture *c);
+
+/*
+ * Record native stacks merged with the Python ones (native.h): a blocking
+ * sampler only. `flags` are NATIVE_MERGE_* (native.h). Returns 0, or a
+ * negative errno with the message in err (-ENOTSUP: built without libdw).
+ */
+int sampler_set_native(struct sampler *s, unsigned flags, char *err, size_t errlen);
 
 struct sources;
 

@@ -576,7 +576,8 @@ static void annotate_help(void)
                "  -o, --output FILE      write to FILE (replaced only once complete)\n"
                "\n"
                "Selection: --from TIME, --to TIME, --pid PID[,PID..], --thread T[,T..],\n"
-               "--idle, --gil, --async, as for the other views ('" REPORT_PROG " --help').\n"
+               "--idle, --gil, --async, --no-native, --native-modules, as for the other\n"
+               "views ('" REPORT_PROG " --help').\n"
                "\n"
                "Exit status: 0 on success, 2 on a usage error, a trace that cannot be read\n"
                "or a --source that names no sampled file.\n");

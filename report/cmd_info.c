@@ -22,10 +22,9 @@
 #include <time.h>
 
 static const char *const error_names[TRACE_ERROR_KIND_COUNT] = {
-    [TRACE_ERROR_TORN] = "torn",
-    [TRACE_ERROR_READ] = "read",
-    [TRACE_ERROR_LATE] = "late",
-    [TRACE_ERROR_OTHER] = "other",
+    [TRACE_ERROR_TORN] = "torn",           [TRACE_ERROR_READ] = "read",
+    [TRACE_ERROR_LATE] = "late",           [TRACE_ERROR_OTHER] = "other",
+    [TRACE_ERROR_UNMATCHED] = "unmatched",
 };
 
 struct info {

@@ -278,6 +278,11 @@ int select_resolve(struct trace_reader *r, const char *path, const struct select
         /* Tasks weigh wall time: every live task counts in every sample, running or not. */
         if (o->async)
                 f->state_require = o->gil ? TRACE_STATE_HOLDS_GIL : 0;
+        int vrc = trace_reader_set_native_view(r, o->native);
+        if (vrc < 0) {
+                select_free(&s);
+                return report_read_failed(path, r, vrc);
+        }
         *out = s;
         return 0;
 }
@@ -328,6 +333,12 @@ int select_opts_parse(struct select_opts *o, int c, const char *arg)
                 return 1;
         case SELECT_OPT_ASYNC:
                 o->async = true;
+                return 1;
+        case SELECT_OPT_NO_NATIVE:
+                o->native = TRACE_NATIVE_HIDE;
+                return 1;
+        case SELECT_OPT_NATIVE_MODULES:
+                o->native = TRACE_NATIVE_BY_MODULE;
                 return 1;
         default:
                 return 0;

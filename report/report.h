@@ -170,12 +170,13 @@ void table_free(struct table *t);
 
 /* The sample selection every view accepts, as given on the command line. */
 struct select_opts {
-        const char *from, *to; /* durations or percentages, NULL when absent */
-        char *pids;            /* "PID[,PID...]": every --pid, comma-joined; malloc'ed */
-        char *threads;         /* "TID|PYID|NAME[,...]": every --thread likewise */
-        bool idle;             /* keep samples of threads that were not on CPU */
-        bool gil;              /* keep only samples holding the GIL */
-        bool async;            /* the asyncio tasks' samples instead of the threads' */
+        const char *from, *to;         /* durations or percentages, NULL when absent */
+        char *pids;                    /* "PID[,PID...]": every --pid, comma-joined; malloc'ed */
+        char *threads;                 /* "TID|PYID|NAME[,...]": every --thread likewise */
+        bool idle;                     /* keep samples of threads that were not on CPU */
+        bool gil;                      /* keep only samples holding the GIL */
+        enum trace_native_view native; /* --no-native, --native-modules */
+        bool async;                    /* the asyncio tasks' samples instead of the threads' */
 };
 
 /*
@@ -191,6 +192,8 @@ enum {
         SELECT_OPT_IDLE,
         SELECT_OPT_GIL,
         SELECT_OPT_ASYNC,
+        SELECT_OPT_NO_NATIVE,
+        SELECT_OPT_NATIVE_MODULES,
         SELECT_OPT_END,
 };
 #define SELECT_LONG_OPTIONS                                                                        \
@@ -198,6 +201,8 @@ enum {
             {"thread", required_argument, NULL, SELECT_OPT_THREAD},                                \
             {"idle", no_argument, NULL, SELECT_OPT_IDLE},                                          \
             {"async", no_argument, NULL, SELECT_OPT_ASYNC},                                        \
+            {"no-native", no_argument, NULL, SELECT_OPT_NO_NATIVE},                                \
+            {"native-modules", no_argument, NULL, SELECT_OPT_NATIVE_MODULES},                      \
         {                                                                                          \
                 "gil", no_argument, NULL, SELECT_OPT_GIL                                           \
         }

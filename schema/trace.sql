@@ -20,8 +20,10 @@
 -- source_encodings): a reader that does not know it shows no stored source,
 -- and readers take a file without it as one that stores none.
 -- Version 2 added asyncio task streams (threads.task_of, task_addr, frame
--- kind 3): a version-1 reader would count them as threads. Readers of
--- version 2 read version-1 files as traces without tasks.
+-- kind 3: a version-1 reader would count them as threads) and native
+-- frames (frames.module and frames.module_offset, error kind 4: a version-1
+-- reader would show them without the binary they belong to). Readers of
+-- version 2 read version-1 files as traces without tasks or native frames.
 --
 -- Units and conventions
 --   *_ns columns are nanoseconds. Sample, chunk, thread and process times are
@@ -49,6 +51,8 @@
 --                       1 read   a memory read failed
 --                       2 late   the sampler missed its deadline (one per missed tick)
 --                       3 other
+--                       4 unmatched  a native stack (--native) that its Python stack could
+--                                    not be merged into; sample dropped
 --   sources.encoding    0 plain  data is the text itself
 --                       1 zlib   data is a zlib stream (RFC 1950) of the text
 --   Readers fold an errors.kind they do not know into 3 (other), and treat a
@@ -75,6 +79,9 @@
 --     Set by the recorder:
 --       rate_hz         TEXT/INTEGER  requested sampling rate, samples/s per thread
 --       mode            TEXT     "nonblocking" or "blocking" (target stopped per sample)
+--       native          TEXT     "merged" (pyflame-record --native: native stacks
+--                                merged in, the interpreter's plumbing hidden) or
+--                                "all" (--native-all); absent without native stacks
 --       pids            TEXT     recorded pids, space-separated
 --       cmdline         TEXT     command line of the (first) target
 --       python_version  TEXT     e.g. "3.12.1"
@@ -92,11 +99,23 @@
 --   strings(id, value)          interned text (function names, file names).
 --     id INTEGER 1.., value TEXT (UTF-8).
 --
---   frames(id, function, qualname, file, line, first_line, kind)
---     One row per distinct (function, qualname, file, line, first_line, kind).
+--   frames(id, function, qualname, file, line, first_line, kind, module,
+--          module_offset)
+--     One row per distinct (function, qualname, file, line, first_line, kind,
+--     module, module_offset).
 --     function, file: strings.id (NOT NULL); qualname: strings.id or NULL;
 --     line: the current line number, NULL when unknown; first_line: the
 --     function's first line, NULL when unknown; kind: frozen code above.
+--     A native frame (kind 1) names its function by symbol (C++ names as
+--     the symbol table holds them, mangled), or "MODULE+0xOFFSET" when no
+--     symbol covers the address; file and line are the source position
+--     from DWARF where the binary or its debug file has it, else file is the
+--     module's path and line NULL. module: strings.id of the path of the
+--     shared object or executable as the target mapped it; module_offset:
+--     the ELF address in that file (as addr2line takes it) of the
+--     function's start, or of the instruction when no symbol covers it.
+--     Both are NULL for other kinds, and absent from files of format 1
+--     (which hold no native frames).
 --
 --   stacks(id, parent, frame, depth)
 --     A prefix tree of call stacks. Stack 0 is the empty stack (parent, frame
@@ -239,7 +258,9 @@ CREATE TABLE frames (
         file INTEGER NOT NULL REFERENCES strings(id),
         line INTEGER,
         first_line INTEGER,
-        kind INTEGER NOT NULL
+        kind INTEGER NOT NULL,
+        module INTEGER REFERENCES strings(id),
+        module_offset INTEGER
 );
 
 CREATE TABLE stacks (
@@ -331,7 +352,8 @@ CREATE TABLE state_flags (bit INTEGER PRIMARY KEY, name TEXT NOT NULL);
 INSERT INTO state_flags VALUES (1, 'on_cpu'), (2, 'holds_gil'), (4, 'no_gil');
 
 CREATE TABLE error_kinds (code INTEGER PRIMARY KEY, name TEXT NOT NULL);
-INSERT INTO error_kinds VALUES (0, 'torn'), (1, 'read'), (2, 'late'), (3, 'other');
+INSERT INTO error_kinds VALUES (0, 'torn'), (1, 'read'), (2, 'late'), (3, 'other'),
+        (4, 'unmatched');
 
 CREATE TABLE source_encodings (code INTEGER PRIMARY KEY, name TEXT NOT NULL);
 INSERT INTO source_encodings VALUES (0, 'plain'), (1, 'zlib');
@@ -339,10 +361,12 @@ INSERT INTO source_encodings VALUES (0, 'plain'), (1, 'zlib');
 -- Frames with their names resolved, for plain SQL.
 CREATE VIEW frame_info AS
 SELECT f.id AS id, fn.value AS function, qn.value AS qualname, fl.value AS file,
-       f.line AS line, f.first_line AS first_line, f.kind AS kind
+       f.line AS line, f.first_line AS first_line, f.kind AS kind,
+       md.value AS module, f.module_offset AS module_offset
 FROM frames f
 JOIN strings fn ON fn.id = f.function
 JOIN strings fl ON fl.id = f.file
-LEFT JOIN strings qn ON qn.id = f.qualname;
+LEFT JOIN strings qn ON qn.id = f.qualname
+LEFT JOIN strings md ON md.id = f.module;
 
 COMMIT;

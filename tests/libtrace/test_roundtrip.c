@@ -480,6 +480,115 @@ static void test_not_finalized(void **state)
         tu_rmdir(dir);
 }
 
+/*
+ * Native frames keep their module and offset through a write and a read;
+ * frames differing only in them are distinct; a file whose frames table has
+ * no module column (format 1) still reads, its frames without one.
+ */
+static void test_native_frames(void **state)
+{
+        (void)state;
+        char *dir = tu_mkdtemp();
+        char *path = tu_path(dir, "native.pyflame");
+        struct trace_writer *w = NULL;
+        assert_int_equal(trace_writer_create(path, 0, &w), 0);
+        struct trace_frame_desc py = {"run", "Job.run", "job.py", 12, 10, TRACE_FRAME_PYTHON};
+        struct trace_frame_desc c = {"hot_loop", NULL, "ext.c", 31, -1, TRACE_FRAME_NATIVE};
+        uint32_t f_py, f_c1, f_c2, f_c1_again, stack;
+        assert_int_equal(trace_writer_intern_frame(w, &py, &f_py), 0);
+        assert_int_equal(trace_writer_intern_native_frame(w, &c, "/x/ext.so", 0x1130, &f_c1), 0);
+        assert_int_equal(trace_writer_intern_native_frame(w, &c, "/x/ext.so", 0x1200, &f_c2), 0);
+        assert_int_equal(trace_writer_intern_native_frame(w, &c, "/x/ext.so", 0x1130, &f_c1_again),
+                         0);
+        assert_int_equal(f_c1, f_c1_again);
+        assert_int_not_equal(f_c1, f_c2);
+        /* A native frame needs a module and the native kind. */
+        assert_int_equal(trace_writer_intern_native_frame(w, &c, NULL, 1, &f_c2), TRACE_ERR_ARG);
+        assert_int_equal(trace_writer_intern_native_frame(w, &py, "/x/ext.so", 1, &f_c2),
+                         TRACE_ERR_ARG);
+        uint32_t frames[2] = {f_py, f_c1};
+        assert_int_equal(trace_writer_intern_stack_frames(w, frames, 2, &stack), 0);
+        struct trace_process_desc pd = {.pid = 7, .python_version = "3.12.1"};
+        struct trace_thread_desc td = {.pid = 7, .tid = 7};
+        uint32_t ref;
+        assert_int_equal(trace_writer_add_process(w, &pd), 0);
+        assert_int_equal(trace_writer_add_thread(w, &td, &ref), 0);
+        assert_int_equal(trace_writer_add_sample(w, ref, 1000, stack, TRACE_STATE_ON_CPU), 0);
+        assert_int_equal(trace_writer_count_error(w, 7, TRACE_ERROR_UNMATCHED, 3), 0);
+        assert_int_equal(trace_writer_finalize(w), 0);
+        trace_writer_free(w);
+
+        struct trace_reader *r = NULL;
+        assert_int_equal(trace_reader_open(path, &r), 0);
+        struct trace_frame f;
+        const char *module = NULL;
+        uint64_t offset = 0;
+        assert_int_equal(trace_reader_frame(r, f_c1, &f), 0);
+        assert_int_equal(f.kind, TRACE_FRAME_NATIVE);
+        assert_string_equal(f.function, "hot_loop");
+        assert_int_equal(f.line, 31);
+        assert_int_equal(trace_reader_frame_module(r, f_c1, &module, &offset), 0);
+        assert_string_equal(module, "/x/ext.so");
+        assert_int_equal(offset, 0x1130);
+        assert_int_equal(trace_reader_frame_module(r, f_py, &module, &offset), 1);
+        assert_int_equal(trace_reader_frame_module(r, 99, &module, &offset), TRACE_ERR_ARG);
+        struct trace_summary s;
+        assert_int_equal(trace_reader_summary(r, &s), 0);
+        assert_int_equal(s.errors[TRACE_ERROR_UNMATCHED], 3);
+        trace_reader_close(r);
+
+        /* Views: native frames hidden, or one frame per module. */
+        for (int view = TRACE_NATIVE_HIDE; view <= TRACE_NATIVE_BY_MODULE; view++) {
+                assert_int_equal(trace_reader_open(path, &r), 0);
+                assert_int_equal(trace_reader_set_native_view(r, (enum trace_native_view)view), 0);
+                assert_int_equal(trace_reader_set_native_view(r, (enum trace_native_view)view), 0);
+                assert_int_equal(trace_reader_set_native_view(r, TRACE_NATIVE_SHOW),
+                                 TRACE_ERR_STATE);
+                uint64_t *counts, total;
+                assert_int_equal(trace_reader_count_by_stack(r, NULL, &counts, &total), 0);
+                assert_int_equal(total, 1);
+                uint32_t n = trace_reader_stack_count(r), hit = 0;
+                for (uint32_t i = 0; i < n; i++)
+                        if (counts[i])
+                                hit = i;
+                free(counts);
+                uint32_t ids[4];
+                int depth = trace_reader_stack_frames(r, hit, ids, 4);
+                assert_int_equal(depth, view == TRACE_NATIVE_HIDE ? 1 : 2);
+                assert_int_equal(ids[0], f_py);
+                if (view == TRACE_NATIVE_BY_MODULE) {
+                        assert_int_equal(trace_reader_frame(r, ids[1], &f), 0);
+                        assert_string_equal(f.function, "ext.so");
+                        assert_string_equal(f.file, "/x/ext.so");
+                        assert_int_equal(f.kind, TRACE_FRAME_NATIVE);
+                }
+                trace_reader_close(r);
+        }
+
+        /* The same file as format 1 wrote it: no module columns, no native frame. */
+        sqlite3 *db;
+        assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+        assert_int_equal(sqlite3_exec(db,
+                                      "DROP VIEW frame_info; DELETE FROM stack_counts;"
+                                      "DELETE FROM sample_chunks; DELETE FROM stacks WHERE id > 0;"
+                                      "DELETE FROM frames WHERE kind = 1;"
+                                      "ALTER TABLE frames DROP COLUMN module_offset;"
+                                      "ALTER TABLE frames DROP COLUMN module;"
+                                      "PRAGMA user_version = 1;",
+                                      NULL, NULL, NULL),
+                         SQLITE_OK);
+        sqlite3_close(db);
+        r = NULL;
+        int rc = trace_reader_open(path, &r);
+        if (rc != 0)
+                fail_msg("open format 1: %s", trace_reader_errmsg(r));
+        assert_int_equal(trace_reader_frame_count(r), 1);
+        assert_int_equal(trace_reader_frame_module(r, 1, &module, &offset), 1);
+        trace_reader_close(r);
+        free(path);
+        tu_rmdir(dir);
+}
+
 static int count_samples(const char *path, uint64_t *n)
 {
         struct trace_reader *r = NULL;
@@ -861,6 +970,7 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_file_stamp, setup_finalized, teardown),
             cmocka_unit_test_setup_teardown(test_stack_counts, setup_finalized, teardown),
             cmocka_unit_test(test_not_finalized),
+            cmocka_unit_test(test_native_frames),
             cmocka_unit_test(test_auto_flush),
             cmocka_unit_test(test_live_snapshot),
             cmocka_unit_test(test_refuses_overwrite),

@@ -95,6 +95,7 @@ static void debug_layout(const struct ver *v, struct pylayout *L)
         L->fr_lasti = 56;
         L->fr_owner = v->minor == 13 ? 70 : t ? 78 : 74;
         L->fr_tlbc_index = t && v->minor >= 14 ? 72 : -1;
+        L->fr_is_entry = -1;
         L->fr_code_mask = v->minor >= 14 ? ~3ull : ~0ull;
         L->owner_generator = 1;
         L->owner_skip_from = 3;

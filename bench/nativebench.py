@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Benchmark of pyflame-record --native (a program that prints numbers, not a test).
+
+A workload with a Python stack 30 deep calling into a small C extension
+(built here against the interpreter's headers) that recurses 10 C frames
+deep and spins: with the interpreter's own frames below, about 20 native
+frames on 3.11+ (one eval loop activation runs every Python frame), more
+before (each Python call is a few C frames). For each interpreter given:
+  1. the recorder's CPU time per sample (meta recorder_cpu_ns / samples) with
+     --native, beside --blocking without native stacks, in the same run (the
+     two alternate on one workload process, --rounds times each);
+  2. inside it, from the recorder's own counters (meta native_*): the
+     capture while the thread is held (registers, one copy of the stack) per
+     thread sample, and the unwinding per stack, warm (no address named for
+     the first time) and overall;
+  3. the workload's slowdown at --rate (default 100 Hz): fixed work timed
+     unprofiled, under --blocking and under --native, interleaved, medians.
+The workload runs on CPU 0, the recorder on CPU 1 (taskset) when there are
+two. Usage:
+
+  python3 bench/nativebench.py --record build/record/pyflame-record \\
+      --report build/report/pyflame-report \\
+      [--python ~/.pyenv/versions/3.12.1/bin/python ...] [--rounds 3]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+EXT_C = r'''
+#include <Python.h>
+
+static volatile double bench_sink;
+
+__attribute__((noinline)) static double bench_spin(long n)
+{
+        double s = 0;
+        for (long i = 0; i < n; i++) s += (double)i * 0.5 + bench_sink;
+        return s;
+}
+
+__attribute__((noinline)) static double bench_deep(int depth, long n)
+{
+        double r = depth <= 1 ? bench_spin(n) : bench_deep(depth - 1, n);
+        bench_sink += 1;
+        return r;
+}
+
+static PyObject *deep(PyObject *self, PyObject *args)
+{
+        int depth;
+        long n;
+        if (!PyArg_ParseTuple(args, "il", &depth, &n))
+                return NULL;
+        bench_sink = bench_deep(depth, n);
+        Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {{"deep", deep, METH_VARARGS, NULL}, {NULL, NULL, 0, NULL}};
+
+#if PY_MAJOR_VERSION >= 3
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "benchext", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_benchext(void)
+{
+        return PyModule_Create(&module);
+}
+#else
+PyMODINIT_FUNC initbenchext(void)
+{
+        Py_InitModule("benchext", methods);
+}
+#endif
+'''
+
+WORK_PY = r'''
+import sys
+import time
+
+sys.path.insert(0, sys.argv[1])
+import benchext
+
+
+def recurse(depth, fn):
+    if depth <= 1:
+        return fn()
+    return recurse(depth - 1, fn)
+
+
+def unit():
+    benchext.deep(10, 20000)
+
+
+mode = sys.argv[2]
+if mode == "forever":
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    recurse(30, lambda: [unit() for _ in iter(int, 1)])
+else:
+    iters = int(sys.argv[3])
+    t0 = time.time()
+    recurse(30, lambda: [unit() for _ in range(iters)])
+    sys.stdout.write("%.6f\n" % (time.time() - t0))
+'''
+
+
+def pin(cpu):
+    return ["taskset", "-c", str(cpu)] if os.path.exists("/usr/bin/taskset") and \
+        os.cpu_count() and os.cpu_count() > 1 else []
+
+
+def build(py, work):
+    inc = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
+                         stdout=subprocess.PIPE, universal_newlines=True).stdout.strip()
+    src = os.path.join(work, "benchext.c")
+    with open(src, "w") as f:
+        f.write(EXT_C)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-g", "-I", inc, "-o",
+                    os.path.join(work, "benchext.so"), src], check=True)
+    with open(os.path.join(work, "work.py"), "w") as f:
+        f.write(WORK_PY)
+
+
+def meta(report, db):
+    out = subprocess.run([report, "info", "--format", "json", db], stdout=subprocess.PIPE,
+                         universal_newlines=True, check=True).stdout
+    return {k: v for k, v in json.loads(out).get("meta", {}).items()}
+
+
+def record(args, pid, db, native, secs):
+    cmd = pin(1) + [args.record, "-q", "-f", "-r", str(args.rate), "-d", str(secs), "-o", db,
+                    "-p", str(pid)]
+    cmd.insert(len(pin(1)) + 1, "--native" if native else "--blocking")
+    subprocess.run(cmd, check=True)
+    return meta(args.report, db)
+
+
+def per(m, num, den):
+    d = int(m.get(den) or 0)
+    return int(m.get(num) or 0) / d / 1000.0 if d else float("nan")
+
+
+def timed(args, py, work, iters, mode):
+    cmd = pin(0) + [py, os.path.join(work, "work.py"), work, "fixed", str(iters)]
+    if mode:
+        cmd = pin(1) + [args.record, "-q", "-f", "-r", str(args.rate), "-o",
+                        os.path.join(work, "slow.db"), "--" + mode, "--"] + cmd
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, universal_newlines=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def bench(args, py):
+    work = tempfile.mkdtemp(prefix="pyflame-nativebench-")
+    build(py, work)
+    ver = subprocess.run([py, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
+                         stdout=subprocess.PIPE, universal_newlines=True).stdout.strip()
+    p = subprocess.Popen(pin(0) + [py, os.path.join(work, "work.py"), work, "forever"],
+                         stdout=subprocess.PIPE, universal_newlines=True)
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(0.3)
+    rows = {"blocking": [], "native": []}
+    try:
+        for _ in range(args.rounds):
+            for native in (False, True):
+                m = record(args, p.pid, os.path.join(work, "t.db"), native, args.seconds)
+                rows["native" if native else "blocking"].append(m)
+    finally:
+        p.kill()
+        p.wait()
+    print("Python %s (%s), rate %g Hz, %d rounds of %g s each mode" % (
+        ver, py, args.rate, args.rounds, args.seconds))
+    for mode in ("blocking", "native"):
+        ms = rows[mode]
+        cpu = [per(m, "recorder_cpu_ns", "samples") for m in ms]
+        print("  --%-9s recorder CPU per sample: median %.1f us (runs: %s)" % (
+            mode, statistics.median(cpu), ", ".join("%.1f" % c for c in cpu)))
+    ms = rows["native"]
+    frames = [int(m.get("native_frames") or 0) / max(1, int(m.get("native_unwinds") or 0))
+              for m in ms]
+    print("  --native  native frames per stack (unwound): %.1f" % statistics.median(frames))
+    print("  --native  capture while held, per thread: median %.1f us" % statistics.median(
+        [per(m, "native_capture_ns", "native_captures") for m in ms]))
+    print("  --native  unwinding per stack, warm: median %.1f us; overall %.1f us" % (
+        statistics.median([per(m, "native_warm_unwind_ns", "native_warm_unwinds") for m in ms]),
+        statistics.median([per(m, "native_unwind_ns", "native_unwinds") for m in ms])))
+    print("  --native  unmatched stacks: %s of %s samples" % (
+        sum(int(m.get("native_unmatched") or 0) for m in ms),
+        sum(int(m.get("samples") or 0) for m in ms)))
+    # Slowdown: fixed work, interleaved, medians.
+    iters = args.iters
+    t = {None: [], "blocking": [], "native": []}
+    for _ in range(args.rounds):
+        for mode in (None, "blocking", "native"):
+            t[mode].append(timed(args, py, work, iters, mode))
+    base = statistics.median(t[None])
+    for mode in ("blocking", "native"):
+        print("  --%-9s target slowdown at %g Hz: %.3fx (%.2f s vs %.2f s unprofiled)" % (
+            mode, args.rate, statistics.median(t[mode]) / base, statistics.median(t[mode]),
+            base))
+    sys.stdout.flush()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--record", required=True)
+    ap.add_argument("--report", required=True)
+    ap.add_argument("--python", action="append")
+    ap.add_argument("--rate", type=float, default=100)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=5)
+    ap.add_argument("--iters", type=int, default=10000,
+                    help="units of fixed work to time (about 0.4 ms each)")
+    args = ap.parse_args()
+    home = os.path.expanduser("~/.pyenv/versions")
+    pys = args.python or [os.path.join(home, v, "bin", "python") for v in ("3.12.1", "3.9.18")]
+    for py in pys:
+        if os.path.exists(py):
+            bench(args, py)
+        else:
+            print("skip %s: not found" % py)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

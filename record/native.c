@@ -1,0 +1,1026 @@
+/*
+ * native.c - capture, unwind and name the native stacks of a target's
+ * threads (native.h has the contract).
+ *
+ * One libdw session (Dwfl) per target. Its modules are the files the target
+ * maps, reported under /proc/PID/root/PATH so that libdw's standard
+ * callbacks open them as the target sees them, and the vDSO as "[vdso: PID]"
+ * (read from the target's memory). The session is attached with thread
+ * callbacks of our own: a thread's initial registers are the ones captured
+ * while it was held, and memory reads are served from the stack copy taken
+ * then. A read outside the copy goes to the target (through a small line
+ * cache) and grows the copy of the next samples, up to STACK_MAX bytes.
+ *
+ * Names are cached by address (the return address minus one, so that a call
+ * at a function's end is named by its caller's line): each address is looked
+ * up in the symbol tables and the line tables once. Entries are never freed
+ * before native_close() and their ids never reused; addresses found in no
+ * module make the maps be read again (at most ten times a second) and
+ * those entries are forgotten then.
+ */
+#include "native.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ptrace.h>
+#include <sys/uio.h>
+#include <sys/user.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "procfs.h"
+
+#ifdef PYFLAME_HAVE_LIBDW
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <elfutils/libdwfl.h>
+#endif
+
+#define STACK_START   (16u << 10) /* bytes of stack copied from SP at first; grows on need */
+#define STACK_MAX     (1u << 20)  /* bound of the copy, however deep the stack */
+#define STACK_PAGE    4096u
+#define LINE_BYTES    64u
+#define LINE_SLOTS    64u
+#define SYM_MAX       (1u << 20)  /* distinct addresses named before the cache starts over */
+#define REFRESH_NS    100000000LL /* at most ten readings of the maps a second */
+#define SYM_NO_MODULE 0x100u      /* native_sym.flags, ours: the address was in no module */
+#define N_DWARF_REGS  17          /* x86-64: rax rdx rcx rbx rsi rdi rbp rsp r8-r15, then rip */
+
+/* Interpreter functions that only pass a call on: hidden from merged stacks by default. */
+static const char *const plumbing_prefixes[] = {
+    "_PyEval_EvalFrame", /* the wrapper; _PyEval_EvalFrameDefault itself is an eval */
+    "_PyEval_EvalCode",
+    "_PyEval_Vector",
+    "PyEval_EvalCode",
+    "PyEval_CallObject",
+    "PyEval_CallFunction",
+    "_PyFunction_Vectorcall",
+    "_PyFunction_FastCall",
+    "function_code_fastcall",
+    "fast_function",
+    "function_call",
+    "call_function",
+    "do_call_core",
+    "ext_do_call",
+    "_PyObject_Vectorcall",
+    "PyObject_Vectorcall",
+    "_PyObject_FastCall",
+    "_PyObject_Call",
+    "PyObject_Call",
+    "_PyObject_MakeTpCall",
+    "object_vacall",
+    "_PyVectorcall_Call",
+    "PyVectorcall_Call",
+    "method_vectorcall",
+    "vectorcall_method",
+    "cfunction_call",
+    "cfunction_vectorcall",
+    "PyCFunction_Call",
+    "_PyCFunction_FastCall",
+    "_PyMethodDef_RawFastCall",
+    "_PyMethodDescr_Vectorcall",
+    "method_call",
+    "instancemethod_call",
+    "slot_tp_call",
+    "gen_send_ex",
+    "gen_iternext",
+    "builtin_exec",
+    "exec_code_in_module",
+    "run_mod",
+    "run_eval_code_obj",
+    "run_pyc_file",
+    "pyrun_",
+    "PyRun_",
+    "_PyRun_",
+    "pymain_",
+    "Py_BytesMain",
+    "Py_RunMain",
+    "Py_Main",
+    "t_bootstrap",
+    "thread_run",
+    "pythread_wrapper",
+    "__libc_start_",
+    "start_thread",
+    "clone",
+    "__clone",
+};
+
+bool native_is_eval(const char *name)
+{
+        static const char *const evals[] = {"_PyEval_EvalFrameDefault", "PyEval_EvalFrameEx"};
+        for (size_t i = 0; i < sizeof(evals) / sizeof(evals[0]); i++) {
+                size_t len = strlen(evals[i]);
+                /* gcc splits cold paths into NAME.cold: still the same activation. */
+                if (strncmp(name, evals[i], len) == 0 && (name[len] == 0 || name[len] == '.'))
+                        return true;
+        }
+        return false;
+}
+
+bool native_is_plumbing(const char *name)
+{
+        if (strcmp(name, "main") == 0 || strcmp(name, "_start") == 0)
+                return true;
+        for (size_t i = 0; i < sizeof(plumbing_prefixes) / sizeof(plumbing_prefixes[0]); i++)
+                if (strncmp(name, plumbing_prefixes[i], strlen(plumbing_prefixes[i])) == 0)
+                        return true;
+        return false;
+}
+
+int native_merge(const struct native_sym *const *nat, size_t n_nat, const struct pywalk_frame *py,
+                 size_t n_py, unsigned flags, struct native_merged *out, size_t cap)
+{
+        size_t p = 0, n = 0;
+        for (size_t i = 0; i < n_nat; i++) {
+                const struct native_sym *s = nat[i];
+                if (s->flags & NATIVE_SYM_EVAL) {
+                        if (p >= n_py)
+                                return -EPIPE; /* more eval calls than Python ran */
+                        do {
+                                if (n == cap)
+                                        return -E2BIG;
+                                out[n++] = (struct native_merged){NULL, &py[p]};
+                        } while (!py[p++].entry && p < n_py);
+                        if (!py[p - 1].entry)
+                                return -EPIPE;
+                        continue;
+                }
+                if ((s->flags & NATIVE_SYM_PLUMBING) && !(flags & NATIVE_MERGE_KEEP_PLUMBING))
+                        continue;
+                if (n == cap)
+                        return -E2BIG;
+                out[n++] = (struct native_merged){s, NULL};
+        }
+        return p == n_py ? (int)n : -EPIPE;
+}
+
+#ifdef PYFLAME_HAVE_LIBDW
+
+/* One thread's capture: registers in DWARF order and where its stack copy is. */
+struct capture {
+        pid_t tid;
+        bool full; /* every register known; else only SP and PC */
+        uint64_t regs[N_DWARF_REGS];
+        uint64_t base;   /* target address of the copy's first byte (SP) */
+        size_t off, len; /* the copy: n->stack + off, len bytes */
+};
+
+struct line {
+        uint64_t addr; /* line-aligned address, or 0 when empty */
+        uint8_t data[LINE_BYTES];
+};
+
+struct native {
+        pid_t pid;
+        Dwfl *dwfl;
+        Dwfl_Callbacks callbacks;
+        char root[48]; /* "/proc/PID/root": the prefix of module names */
+        size_t root_len;
+        bool attached;
+        bool keep_plumbing; /* lines for plumbing frames too (native_keep_plumbing) */
+
+        struct capture *caps;
+        size_t n_caps, cap_caps;
+        uint8_t *stack; /* the copies, back to back */
+        size_t stack_len, stack_cap;
+        size_t want; /* bytes to copy from SP */
+        struct iovec *riov;
+
+        const struct capture *cur; /* the capture being unwound */
+        struct line lines[LINE_SLOTS];
+        bool unknown_pc; /* an address in no module: the maps may have changed */
+        long long refreshed_ns;
+
+        /* address -> symbol entry, open addressing; entries never move */
+        uint64_t *keys;
+        struct native_sym **vals;
+        size_t sym_cap, sym_n;
+        struct native_sym **all; /* by id - 1, for freeing */
+        size_t n_all, cap_all;
+        uint32_t next_id;
+
+        /* native_unwind()'s frame callback state */
+        const struct native_sym **out;
+        size_t out_cap, out_n;
+        struct native_stats st;
+};
+
+static long long mono_ns(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* ---- modules ------------------------------------------------------------ */
+
+struct report_ctx {
+        struct native *n;
+        char path[4096]; /* the group being collected, "" when none */
+        uint64_t inode;
+        uint64_t lo, hi;
+        int rc;
+};
+
+static void report_flush(struct report_ctx *c)
+{
+        if (!c->path[0])
+                return;
+        char name[4096 + 64];
+        snprintf(name, sizeof(name), "%s%s", c->n->root, c->path);
+        if (!dwfl_report_module(c->n->dwfl, name, c->lo, c->hi))
+                c->rc = -ENOMEM;
+        c->path[0] = 0;
+}
+
+static int report_mapping(void *ctx, const struct procfs_mapping *m)
+{
+        struct report_ctx *c = ctx;
+        if (strcmp(m->path, "[vdso]") == 0) {
+                report_flush(c);
+                char name[64];
+                snprintf(name, sizeof(name), "[vdso: %d]", (int)c->n->pid);
+                dwfl_report_module(c->n->dwfl, name, m->start, m->end);
+                return 0;
+        }
+        if (m->path[0] != '/' || m->deleted || !m->inode) {
+                report_flush(c);
+                return 0;
+        }
+        /* A file's segments are mapped one after the other: one module. */
+        if (c->path[0] && c->inode == m->inode && strcmp(c->path, m->path) == 0 &&
+            m->start >= c->hi) {
+                c->hi = m->end;
+                return 0;
+        }
+        report_flush(c);
+        if (m->offset > m->start || strlen(m->path) >= sizeof(c->path))
+                return 0;
+        snprintf(c->path, sizeof(c->path), "%s", m->path);
+        c->inode = m->inode;
+        c->lo = m->start - m->offset;
+        c->hi = m->end;
+        return 0;
+}
+
+/* Read the target's mappings and (re)report its modules. */
+static int report_modules(struct native *n)
+{
+        struct report_ctx c = {.n = n};
+        dwfl_report_begin(n->dwfl);
+        int rc = procfs_maps_foreach(n->pid, report_mapping, &c);
+        report_flush(&c);
+        dwfl_report_end(n->dwfl, NULL, NULL);
+        n->refreshed_ns = mono_ns();
+        return rc < 0 ? rc : c.rc;
+}
+
+/* ---- thread callbacks ------------------------------------------------------ */
+
+static pid_t cb_next_thread(Dwfl *dwfl, void *arg, void **thread_argp)
+{
+        (void)dwfl;
+        struct native *n = arg;
+        if (*thread_argp || !n->cur)
+                return 0;
+        *thread_argp = (void *)n->cur;
+        return n->cur->tid;
+}
+
+static bool cb_get_thread(Dwfl *dwfl, pid_t tid, void *arg, void **thread_argp)
+{
+        (void)dwfl;
+        struct native *n = arg;
+        if (!n->cur || n->cur->tid != tid)
+                return false;
+        *thread_argp = (void *)n->cur;
+        return true;
+}
+
+/* A word of the target outside the stack copy, through the line cache. */
+static bool read_live(struct native *n, uint64_t addr, uint64_t *out)
+{
+        uint64_t line = addr & ~(uint64_t)(LINE_BYTES - 1);
+        if (addr - line > LINE_BYTES - 8)
+                return false; /* straddles two lines: libdw reads aligned words */
+        struct line *l = &n->lines[(line / LINE_BYTES) % LINE_SLOTS];
+        if (l->addr != line || !line) {
+                struct iovec local = {l->data, LINE_BYTES};
+                struct iovec remote = {(void *)(uintptr_t)line, LINE_BYTES};
+                n->st.extra_reads++;
+                if (process_vm_readv(n->pid, &local, 1, &remote, 1, 0) != (ssize_t)LINE_BYTES) {
+                        l->addr = 0;
+                        return false;
+                }
+                l->addr = line;
+        }
+        memcpy(out, l->data + (addr - line), 8);
+        return true;
+}
+
+static bool cb_memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *arg)
+{
+        (void)dwfl;
+        struct native *n = arg;
+        const struct capture *c = n->cur;
+        if (c && addr >= c->base && addr - c->base + 8 <= c->len) {
+                memcpy(result, n->stack + c->off + (addr - c->base), 8);
+                return true;
+        }
+        /* Just above the copy: the stack goes on deeper than we copied. */
+        if (c && addr >= c->base + c->len && addr < c->base + STACK_MAX && n->want < STACK_MAX &&
+            c->len == n->want)
+                n->want *= 2;
+        uint64_t v;
+        if (!read_live(n, addr, &v))
+                return false;
+        *result = v;
+        return true;
+}
+
+static bool cb_set_initial_registers(Dwfl_Thread *thread, void *thread_arg)
+{
+        const struct capture *c = thread_arg;
+        if (c->full) {
+                if (!dwfl_thread_state_registers(thread, 0, 16, c->regs))
+                        return false;
+        } else if (!dwfl_thread_state_registers(thread, 7, 1, &c->regs[7])) {
+                return false;
+        }
+        dwfl_thread_state_register_pc(thread, c->regs[16]);
+        return true;
+}
+
+static const Dwfl_Thread_Callbacks thread_callbacks = {
+    .next_thread = cb_next_thread,
+    .get_thread = cb_get_thread,
+    .memory_read = cb_memory_read,
+    .set_initial_registers = cb_set_initial_registers,
+};
+
+/* ---- open / close ------------------------------------------------------------ */
+
+int native_open(pid_t pid, struct native **out, char *err, size_t errlen)
+{
+        struct native *n = calloc(1, sizeof(*n));
+        if (!n) {
+                snprintf(err, errlen, "out of memory");
+                return -ENOMEM;
+        }
+        n->pid = pid;
+        n->want = STACK_START;
+        n->next_id = 1;
+        snprintf(n->root, sizeof(n->root), "/proc/%d/root", (int)pid);
+        n->root_len = strlen(n->root);
+        n->callbacks.find_elf = dwfl_linux_proc_find_elf;
+        n->callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
+        n->riov = calloc(STACK_MAX / STACK_PAGE, sizeof(*n->riov));
+        n->dwfl = n->riov ? dwfl_begin(&n->callbacks) : NULL;
+        if (!n->dwfl) {
+                snprintf(err, errlen, "out of memory");
+                native_close(n);
+                return -ENOMEM;
+        }
+        int rc = report_modules(n);
+        if (rc < 0) {
+                snprintf(err, errlen, "cannot read the mappings of process %d: %s", (int)pid,
+                         strerror(-rc));
+                native_close(n);
+                return rc == -ENOENT ? -ESRCH : rc;
+        }
+        if (!dwfl_attach_state(n->dwfl, NULL, pid, &thread_callbacks, n)) {
+                snprintf(err, errlen,
+                         "cannot unwind the native stacks of process %d: %s (only x86-64 is "
+                         "supported)",
+                         (int)pid, dwfl_errmsg(-1));
+                native_close(n);
+                return -ENOTSUP;
+        }
+        n->attached = true;
+        *out = n;
+        return 0;
+}
+
+void native_close(struct native *n)
+{
+        if (!n)
+                return;
+        if (n->dwfl)
+                dwfl_end(n->dwfl);
+        for (size_t i = 0; i < n->n_all; i++) {
+                struct native_sym *e = n->all[i];
+                free((char *)e->function);
+                free((char *)e->file);
+                free((char *)e->module);
+                free(e);
+        }
+        free(n->all);
+        free(n->keys);
+        free(n->vals);
+        free(n->caps);
+        free(n->stack);
+        free(n->riov);
+        free(n);
+}
+
+/* ---- capture -------------------------------------------------------------------- */
+
+void native_begin(struct native *n)
+{
+        n->n_caps = 0;
+        n->stack_len = 0;
+        for (size_t i = 0; i < LINE_SLOTS; i++)
+                n->lines[i].addr = 0;
+}
+
+static struct capture *capture_new(struct native *n, pid_t tid)
+{
+        if (n->n_caps == n->cap_caps) {
+                size_t cap = n->cap_caps ? 2 * n->cap_caps : 16;
+                struct capture *p = realloc(n->caps, cap * sizeof(*p));
+                if (!p)
+                        return NULL;
+                n->caps = p;
+                n->cap_caps = cap;
+        }
+        struct capture *c = &n->caps[n->n_caps];
+        memset(c, 0, sizeof(*c));
+        c->tid = tid;
+        return c;
+}
+
+/*
+ * Copy the stack from sp up, n->want bytes at most, in one call: one remote
+ * range per page, so that the copy stops at the end of the mapping (the
+ * call transfers whole ranges up to the first it cannot read).
+ */
+static int copy_stack(struct native *n, struct capture *c, uint64_t sp)
+{
+        size_t want = n->want;
+        if (n->stack_len + want > n->stack_cap) {
+                size_t cap = n->stack_cap ? n->stack_cap : STACK_MAX;
+                while (cap < n->stack_len + want)
+                        cap *= 2;
+                uint8_t *p = realloc(n->stack, cap);
+                if (!p)
+                        return -ENOMEM;
+                n->stack = p;
+                n->stack_cap = cap;
+        }
+        size_t nv = 0;
+        uint64_t a = sp;
+        uint64_t end = sp + want;
+        while (a < end && nv < STACK_MAX / STACK_PAGE) {
+                uint64_t next = (a & ~(uint64_t)(STACK_PAGE - 1)) + STACK_PAGE;
+                if (next > end)
+                        next = end;
+                n->riov[nv].iov_base = (void *)(uintptr_t)a;
+                n->riov[nv].iov_len = (size_t)(next - a);
+                nv++;
+                a = next;
+        }
+        struct iovec local = {n->stack + n->stack_len, want};
+        ssize_t got = process_vm_readv(n->pid, &local, 1, n->riov, nv, 0);
+        if (got <= 0)
+                return got < 0 ? -errno : -EFAULT;
+        c->base = sp;
+        c->off = n->stack_len;
+        c->len = (size_t)got;
+        n->stack_len += (size_t)got;
+        n->st.captures++;
+        n->st.capture_bytes += (size_t)got;
+        return 0;
+}
+
+static int capture_held(struct native *n, pid_t tid);
+
+int native_capture_held(struct native *n, pid_t tid)
+{
+        long long t0 = mono_ns();
+        int rc = capture_held(n, tid);
+        n->st.capture_ns += (uint64_t)(mono_ns() - t0);
+        return rc;
+}
+
+static int capture_held(struct native *n, pid_t tid)
+{
+        struct user_regs_struct r;
+        if (ptrace(PTRACE_GETREGS, tid, NULL, &r) < 0)
+                return -errno;
+        struct capture *c = capture_new(n, tid);
+        if (!c)
+                return -ENOMEM;
+        const uint64_t regs[N_DWARF_REGS] = {r.rax, r.rdx, r.rcx, r.rbx, r.rsi, r.rdi,
+                                             r.rbp, r.rsp, r.r8,  r.r9,  r.r10, r.r11,
+                                             r.r12, r.r13, r.r14, r.r15, r.rip};
+        memcpy(c->regs, regs, sizeof(regs));
+        c->full = true;
+        int rc = copy_stack(n, c, r.rsp);
+        if (rc < 0)
+                return rc;
+        n->n_caps++;
+        return 0;
+}
+
+/*
+ * Parse /proc/PID/task/TID/syscall: "NR ARG1..ARG6 SP PC" for a thread in a
+ * system call, "-1 SP PC" for one blocked in the kernel otherwise, "running"
+ * for one on a CPU. Returns 0 with *sp and *pc, or -EAGAIN.
+ */
+static int syscall_regs(pid_t pid, pid_t tid, uint64_t *nr, uint64_t *sp, uint64_t *pc)
+{
+        char path[64], buf[256];
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", (int)pid, (int)tid);
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return errno == ENOENT ? -ESRCH : -errno;
+        size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[len] = 0;
+        unsigned long long v[9];
+        int k = sscanf(buf, "%lld %llx %llx %llx %llx %llx %llx %llx %llx", (long long *)&v[0],
+                       &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]);
+        if (k == 9) {
+                *nr = v[0];
+                *sp = v[7];
+                *pc = v[8];
+                return 0;
+        }
+        if (k == 3 && (long long)v[0] == -1) {
+                *nr = v[0];
+                *sp = v[1];
+                *pc = v[2];
+                return 0;
+        }
+        return -EAGAIN;
+}
+
+static int capture_sleeping(struct native *n, pid_t tid);
+
+int native_capture_sleeping(struct native *n, pid_t tid)
+{
+        long long t0 = mono_ns();
+        int rc = capture_sleeping(n, tid);
+        n->st.capture_ns += (uint64_t)(mono_ns() - t0);
+        return rc;
+}
+
+static int capture_sleeping(struct native *n, pid_t tid)
+{
+        uint64_t nr, sp, pc;
+        int rc = syscall_regs(n->pid, tid, &nr, &sp, &pc);
+        if (rc < 0)
+                return rc;
+        struct capture *c = capture_new(n, tid);
+        if (!c)
+                return -ENOMEM;
+        c->regs[7] = sp;
+        c->regs[16] = pc;
+        rc = copy_stack(n, c, sp);
+        if (rc < 0)
+                return rc;
+        /* Still asleep where it was: the copy is of a stack that did not move. */
+        uint64_t nr2, sp2, pc2;
+        if (syscall_regs(n->pid, tid, &nr2, &sp2, &pc2) < 0 || nr2 != nr || sp2 != sp ||
+            pc2 != pc) {
+                n->stack_len = c->off;
+                return -EAGAIN;
+        }
+        n->n_caps++;
+        return 0;
+}
+
+static const struct capture *capture_find(const struct native *n, pid_t tid)
+{
+        for (size_t i = 0; i < n->n_caps; i++)
+                if (n->caps[i].tid == tid)
+                        return &n->caps[i];
+        return NULL;
+}
+
+size_t native_capture_count(const struct native *n)
+{
+        return n->n_caps;
+}
+
+pid_t native_capture_tid(const struct native *n, size_t i)
+{
+        return i < n->n_caps ? n->caps[i].tid : -1;
+}
+
+/* ---- names ---------------------------------------------------------------------- */
+
+static uint64_t hash_addr(uint64_t a)
+{
+        a ^= a >> 33;
+        a *= 0xff51afd7ed558ccdULL;
+        a ^= a >> 33;
+        return a;
+}
+
+static int sym_table_grow(struct native *n)
+{
+        size_t cap = n->sym_cap ? 2 * n->sym_cap : 4096;
+        uint64_t *k = calloc(cap, sizeof(*k));
+        struct native_sym **v = calloc(cap, sizeof(*v));
+        if (!k || !v) {
+                free(k);
+                free(v);
+                return -ENOMEM;
+        }
+        for (size_t i = 0; i < n->sym_cap; i++) {
+                if (!n->vals[i])
+                        continue;
+                size_t j = hash_addr(n->keys[i]) & (cap - 1);
+                while (v[j])
+                        j = (j + 1) & (cap - 1);
+                k[j] = n->keys[i];
+                v[j] = n->vals[i];
+        }
+        free(n->keys);
+        free(n->vals);
+        n->keys = k;
+        n->vals = v;
+        n->sym_cap = cap;
+        return 0;
+}
+
+/* Forget the entries of addresses in no module (kept for freeing): the maps changed. */
+static void sym_forget_unknown(struct native *n)
+{
+        size_t cap = n->sym_cap;
+        uint64_t *k = n->keys;
+        struct native_sym **v = n->vals;
+        n->keys = calloc(cap, sizeof(*k));
+        n->vals = calloc(cap, sizeof(*v));
+        n->sym_n = 0;
+        if (!n->keys || !n->vals) {
+                free(n->keys);
+                free(n->vals);
+                n->keys = NULL;
+                n->vals = NULL;
+                n->sym_cap = 0;
+        }
+        for (size_t i = 0; n->keys && i < cap; i++) {
+                if (!v[i] || (v[i]->flags & SYM_NO_MODULE))
+                        continue;
+                size_t j = hash_addr(k[i]) & (cap - 1);
+                while (n->vals[j])
+                        j = (j + 1) & (cap - 1);
+                n->keys[j] = k[i];
+                n->vals[j] = v[i];
+                n->sym_n++;
+        }
+        free(k);
+        free(v);
+}
+
+/* The module's name as the target knows it: without our /proc/PID/root prefix. */
+static const char *module_path(const struct native *n, const char *name)
+{
+        if (strncmp(name, n->root, n->root_len) == 0 && name[n->root_len] == '/')
+                return name + n->root_len;
+        if (strncmp(name, "[vdso", 5) == 0)
+                return "[vdso]";
+        return name;
+}
+
+static const char *basename_of(const char *path)
+{
+        const char *s = strrchr(path, '/');
+        return s ? s + 1 : path;
+}
+
+/*
+ * The start of the function holding `addr` by its CFI (an FDE covers one
+ * function), for code no symbol names: a stripped library's static
+ * functions. Returns 0 when there is no CFI for it.
+ */
+static uint64_t cfi_function_start(Dwfl_Module *mod, uint64_t addr)
+{
+        Dwarf_Addr cbias = 0;
+        Dwarf_CFI *cfi = dwfl_module_eh_cfi(mod, &cbias);
+        if (!cfi)
+                cfi = dwfl_module_dwarf_cfi(mod, &cbias);
+        Dwarf_Frame *frame = NULL;
+        if (!cfi || dwarf_cfi_addrframe(cfi, addr - cbias, &frame) != 0)
+                return 0;
+        Dwarf_Addr start = 0, end = 0;
+        uint64_t found = dwarf_frame_info(frame, &start, &end, NULL) >= 0 ? start + cbias : 0;
+        free(frame);
+        return found;
+}
+
+/*
+ * Where `addr`, inlined into the function its symbol names, sits in that
+ * function: the call site of the outermost inlined call (DWARF
+ * DW_AT_call_file, DW_AT_call_line), so that a frame's line belongs to its
+ * function. Returns false when addr is not in inlined code (or no DWARF).
+ */
+static bool outer_call_site(Dwfl_Module *mod, uint64_t addr, const char **file, int *line)
+{
+        Dwarf_Addr dbias = 0;
+        Dwarf_Die *cu = dwfl_module_addrdie(mod, addr, &dbias);
+        if (!cu)
+                return false;
+        Dwarf_Die *scopes = NULL;
+        int n = dwarf_getscopes(cu, addr - dbias, &scopes);
+        int outer = -1;
+        for (int i = 0; i < n; i++) {
+                int tag = dwarf_tag(&scopes[i]);
+                if (tag == DW_TAG_inlined_subroutine)
+                        outer = i;
+                else if (tag == DW_TAG_subprogram)
+                        break;
+        }
+        bool found = false;
+        Dwarf_Attribute a;
+        Dwarf_Word fileidx = 0, lineno = 0;
+        Dwarf_Files *files = NULL;
+        size_t nfiles = 0;
+        if (outer >= 0 &&
+            dwarf_formudata(dwarf_attr(&scopes[outer], DW_AT_call_file, &a), &fileidx) == 0 &&
+            dwarf_formudata(dwarf_attr(&scopes[outer], DW_AT_call_line, &a), &lineno) == 0 &&
+            dwarf_getsrcfiles(cu, &files, &nfiles) == 0 && fileidx < nfiles && lineno > 0 &&
+            lineno < INT32_MAX) {
+                const char *f = dwarf_filesrc(files, fileidx, NULL, NULL);
+                if (f && *f) {
+                        *file = f;
+                        *line = (int)lineno;
+                        found = true;
+                }
+        }
+        free(scopes);
+        return found;
+}
+
+/*
+ * Whether `path` is the interpreter: its executable or libpython. Code of
+ * it that no symbol names (the static functions of a stripped python, as
+ * Debian's) is its internals, hidden like its named call machinery; the
+ * eval loop and its API are exported, so they keep their names.
+ */
+static bool interpreter_module(const char *path)
+{
+        const char *base = basename_of(path);
+        return strncmp(base, "python", 6) == 0 || strncmp(base, "libpython", 9) == 0;
+}
+
+/* Name `addr` (a return address minus one, or a leaf's PC) into a new entry. */
+static struct native_sym *sym_make(struct native *n, uint64_t addr)
+{
+        struct native_sym *e = calloc(1, sizeof(*e));
+        if (!e)
+                return NULL;
+        const char *function = NULL, *file = NULL;
+        const char *module = "?";
+        bool named = false;
+        int line = -1;
+        uint64_t offset = addr;
+        char buf[4200];
+        Dwfl_Module *mod = dwfl_addrmodule(n->dwfl, addr);
+        if (mod) {
+                const char *mname = dwfl_module_info(mod, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+                module = mname ? module_path(n, mname) : "?";
+                Dwarf_Addr bias = 0;
+                dwfl_module_getelf(mod, &bias);
+                GElf_Off symoff = 0;
+                GElf_Sym sym;
+                const char *name = dwfl_module_addrinfo(mod, addr, &symoff, &sym, NULL, NULL, NULL);
+                if (name && *name) {
+                        named = true;
+                        function = name;
+                        offset = addr - symoff - bias;
+                } else {
+                        /* Unnamed: one frame per function (its FDE), not per instruction. */
+                        uint64_t start = cfi_function_start(mod, addr);
+                        offset = (start ? start : addr) - bias;
+                }
+                if (named && native_is_eval(name))
+                        e->flags |= NATIVE_SYM_EVAL;
+                else if (named ? native_is_plumbing(name) : interpreter_module(module))
+                        e->flags |= NATIVE_SYM_PLUMBING;
+                /*
+                 * Source lines cost the module's DWARF (loaded, perhaps
+                 * decompressed, the first time): not for the frames a merged
+                 * stack drops, the eval loop's and, unless kept, the
+                 * plumbing's.
+                 */
+                bool lines = !(e->flags & NATIVE_SYM_EVAL) &&
+                             !((e->flags & NATIVE_SYM_PLUMBING) && !n->keep_plumbing);
+                if (lines && !outer_call_site(mod, addr, &file, &line)) {
+                        Dwfl_Line *dl = dwfl_module_getsrc(mod, addr);
+                        int lineno = 0;
+                        const char *src =
+                            dl ? dwfl_lineinfo(dl, NULL, &lineno, NULL, NULL, NULL) : NULL;
+                        if (src && *src) {
+                                file = src;
+                                line = lineno > 0 ? lineno : -1;
+                        }
+                }
+        } else {
+                e->flags |= SYM_NO_MODULE;
+        }
+        if (!function) {
+                snprintf(buf, sizeof(buf), "%s+0x%" PRIx64, basename_of(module), offset);
+                function = buf;
+        }
+        e->function = strdup(function);
+        e->file = strdup(file ? file : module);
+        e->module = strdup(module);
+        if (!e->function || !e->file || !e->module) {
+                free((char *)e->function);
+                free((char *)e->file);
+                free((char *)e->module);
+                free(e);
+                return NULL;
+        }
+        e->line = line;
+        e->offset = offset;
+        return e;
+}
+
+static const struct native_sym *symbolize(struct native *n, uint64_t addr)
+{
+        if ((n->sym_n + 1) * 2 > n->sym_cap && sym_table_grow(n) < 0)
+                return NULL;
+        size_t j = hash_addr(addr) & (n->sym_cap - 1);
+        while (n->vals[j]) {
+                if (n->keys[j] == addr)
+                        return n->vals[j];
+                j = (j + 1) & (n->sym_cap - 1);
+        }
+        if (n->n_all >= SYM_MAX)
+                return NULL;
+        if (n->n_all == n->cap_all) {
+                size_t cap = n->cap_all ? 2 * n->cap_all : 1024;
+                struct native_sym **p = realloc(n->all, cap * sizeof(*p));
+                if (!p)
+                        return NULL;
+                n->all = p;
+                n->cap_all = cap;
+        }
+        struct native_sym *e = sym_make(n, addr);
+        if (!e)
+                return NULL;
+        e->id = n->next_id++;
+        n->all[n->n_all++] = e;
+        n->keys[j] = addr;
+        n->vals[j] = e;
+        n->sym_n++;
+        n->st.symbols++;
+        return e;
+}
+
+/* ---- unwinding ------------------------------------------------------------------- */
+
+static int on_frame(Dwfl_Frame *state, void *arg)
+{
+        struct native *n = arg;
+        Dwarf_Addr pc;
+        bool activation;
+        if (!dwfl_frame_pc(state, &pc, &activation))
+                return DWARF_CB_ABORT;
+        if (pc == 0)
+                return DWARF_CB_ABORT;
+        const struct native_sym *e = symbolize(n, activation ? pc : pc - 1);
+        if (!e)
+                return DWARF_CB_ABORT;
+        if (e->flags & SYM_NO_MODULE)
+                n->unknown_pc = true;
+        n->out[n->out_n++] = e;
+        return n->out_n < n->out_cap ? DWARF_CB_OK : DWARF_CB_ABORT;
+}
+
+int native_unwind(struct native *n, pid_t tid, const struct native_sym **out, size_t cap,
+                  size_t *depth)
+{
+        const struct capture *c = capture_find(n, tid);
+        if (!c)
+                return -ENOENT;
+        long long t0 = mono_ns();
+        uint64_t symbols = n->st.symbols;
+        int rc = 0;
+        for (int pass = 0; pass < 2; pass++) {
+                n->unknown_pc = false;
+                n->cur = c;
+                n->out = out;
+                n->out_cap = cap < NATIVE_MAX_DEPTH ? cap : NATIVE_MAX_DEPTH;
+                n->out_n = 0;
+                n->st.unwinds++;
+                rc = n->out_cap ? dwfl_getthread_frames(n->dwfl, tid, on_frame, n) : 0;
+                n->cur = NULL;
+                /*
+                 * An address in no module: a library was loaded since the
+                 * maps were read. Read them again (not too often: code in
+                 * anonymous memory, a JIT's, is never in one) and unwind
+                 * again from the same capture.
+                 */
+                if (!n->unknown_pc || mono_ns() - n->refreshed_ns < REFRESH_NS)
+                        break;
+                n->st.refreshes++;
+                if (report_modules(n) < 0)
+                        break;
+                sym_forget_unknown(n);
+        }
+        *depth = n->out_n;
+        n->st.frames += n->out_n;
+        uint64_t dt = (uint64_t)(mono_ns() - t0);
+        n->st.unwind_ns += dt;
+        if (n->st.symbols == symbols) {
+                n->st.warm_unwinds++;
+                n->st.warm_unwind_ns += dt;
+        }
+        /* 0: reached the root (the CFI says there is no caller); else cut short. */
+        return rc == 0 ? (int)n->out_n : -EPIPE;
+}
+
+void native_get_stats(const struct native *n, struct native_stats *st)
+{
+        *st = n->st;
+}
+
+void native_keep_plumbing(struct native *n)
+{
+        n->keep_plumbing = true;
+}
+
+#else /* !PYFLAME_HAVE_LIBDW */
+
+struct native {
+        int unused;
+};
+
+int native_open(pid_t pid, struct native **out, char *err, size_t errlen)
+{
+        (void)pid;
+        (void)out;
+        snprintf(err, errlen,
+                 "this pyflame-record was built without libdw (elfutils): native stacks are "
+                 "not available; rebuild with libdw-dev installed");
+        return -ENOTSUP;
+}
+
+void native_close(struct native *n)
+{
+        (void)n;
+}
+
+void native_begin(struct native *n)
+{
+        (void)n;
+}
+
+int native_capture_held(struct native *n, pid_t tid)
+{
+        (void)n;
+        (void)tid;
+        return -ENOTSUP;
+}
+
+int native_capture_sleeping(struct native *n, pid_t tid)
+{
+        (void)n;
+        (void)tid;
+        return -ENOTSUP;
+}
+
+size_t native_capture_count(const struct native *n)
+{
+        (void)n;
+        return 0;
+}
+
+pid_t native_capture_tid(const struct native *n, size_t i)
+{
+        (void)n;
+        (void)i;
+        return -1;
+}
+
+int native_unwind(struct native *n, pid_t tid, const struct native_sym **out, size_t cap,
+                  size_t *depth)
+{
+        (void)n;
+        (void)tid;
+        (void)out;
+        (void)cap;
+        (void)depth;
+        return -ENOENT;
+}
+
+void native_get_stats(const struct native *n, struct native_stats *st)
+{
+        (void)n;
+        memset(st, 0, sizeof(*st));
+}
+
+void native_keep_plumbing(struct native *n)
+{
+        (void)n;
+}
+
+#endif

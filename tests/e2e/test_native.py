@@ -1,0 +1,510 @@
+#!/usr/bin/env python3
+"""End-to-end tests of pyflame-record --native: native stacks merged with Python's.
+
+For every interpreter on the machine whose headers are installed (each pyenv
+version, Debian's /usr/bin/python3.11 with python3.11-dev), a small C
+extension is built here against those headers, twice: with -g, and without
+DWARF (strip --strip-debug: symbols only). A script then runs, under
+`pyflame-record --native`:
+  - main thread: Python `outer` -> C `nat_callback` -> Python `inner` ->
+    C `nat_spin` -> C `nat_hot_loop` (a hot loop on one marked line);
+  - a second thread: Python `nogil_worker` -> C `nat_nogil` -> C
+    `nat_nogil_loop`, which runs with the GIL released;
+  - a third thread started from C (pthread) that never runs Python: it must
+    appear with its native stack (`nat_pthread_loop`);
+  - the stripped module's `nat_spin_stripped` -> `nat_hot_loop_stripped`.
+Checked from the trace (pyflame-report --format json): those layers appear in
+this order, adjacent (the interpreter's call plumbing hidden), with these
+names; in the -g module the hot loop's samples are on the marked line; the
+stripped module's frames carry its symbol names and no line; --no-native
+gives the Python frames alone; the unmatched-stack errors stay within
+UNMATCHED_TOLERANCE of the samples. `--dump --native` prints the layers of
+the running stack too. With Debian's python3-numpy installed, a matrix
+product under /usr/bin/python3.11 must spend its time in BLAS under the
+Python line that called it (and, with OpenBLAS, its worker threads appear).
+
+Usage: test_native.py --record PATH --report PATH [--only LABEL]
+Prints one line per check and ends with 'N passed, N failed, N skipped'.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+# Share of a run's samples that may be dropped as unmatched: a thread caught
+# between the native call into the eval loop and its frame being linked (or
+# the reverse) cannot be merged and is counted, never shown wrong.
+UNMATCHED_TOLERANCE = 0.02
+SECONDS = 4
+
+EXT_C = r'''
+#include <Python.h>
+#include <pthread.h>
+
+#ifndef NAT_NAME
+#define NAT_NAME nat_ext
+#endif
+#define NAT_STR2(x) #x
+#define NAT_STR(x) NAT_STR2(x)
+#define NAT_CAT2(a, b) a##b
+#define NAT_CAT(a, b) NAT_CAT2(a, b)
+#ifdef NAT_STRIPPED
+#define NAT_SUFFIX _stripped
+#else
+#define NAT_SUFFIX
+#endif
+#define NAT_FN(name) NAT_CAT(name, NAT_SUFFIX)
+
+static volatile double nat_sink;
+
+__attribute__((noinline)) static double NAT_FN(nat_hot_loop)(long n)
+{
+        double s = 0;
+        for (long i = 0; i < n; i++) s += (double)i * 0.5 + nat_sink; /* HOT-C */
+        return s;
+}
+
+__attribute__((noinline)) static PyObject *NAT_FN(nat_spin)(PyObject *self, PyObject *args)
+{
+        long n;
+        if (!PyArg_ParseTuple(args, "l", &n))
+                return NULL;
+        nat_sink = NAT_FN(nat_hot_loop)(n);
+        Py_RETURN_NONE;
+}
+
+__attribute__((noinline)) static PyObject *nat_callback(PyObject *self, PyObject *args)
+{
+        PyObject *cb;
+        if (!PyArg_ParseTuple(args, "O", &cb))
+                return NULL;
+        PyObject *r = PyObject_CallObject(cb, NULL);
+        nat_sink += 1; /* not a tail call */
+        return r;
+}
+
+__attribute__((noinline)) static double nat_nogil_loop(long n)
+{
+        double s = 0;
+        for (long i = 0; i < n; i++) s += (double)i * 0.25 + nat_sink; /* HOT-NOGIL */
+        return s;
+}
+
+__attribute__((noinline)) static PyObject *nat_nogil(PyObject *self, PyObject *args)
+{
+        long n;
+        double s;
+        if (!PyArg_ParseTuple(args, "l", &n))
+                return NULL;
+        Py_BEGIN_ALLOW_THREADS
+        s = nat_nogil_loop(n);
+        Py_END_ALLOW_THREADS
+        nat_sink = s;
+        Py_RETURN_NONE;
+}
+
+static volatile int nat_stop;
+
+__attribute__((noinline)) static void nat_pthread_loop(void)
+{
+        while (!nat_stop) {
+                nat_sink = nat_nogil_loop(200000);
+        }
+}
+
+static void *nat_pthread_main(void *arg)
+{
+        (void)arg;
+        nat_pthread_loop();
+        return NULL;
+}
+
+static PyObject *nat_start_pthread(PyObject *self, PyObject *args)
+{
+        pthread_t t;
+        if (pthread_create(&t, NULL, nat_pthread_main, NULL) != 0)
+                return PyErr_SetFromErrno(PyExc_OSError);
+        pthread_detach(t);
+        Py_RETURN_NONE;
+}
+
+static PyMethodDef nat_methods[] = {
+    {"spin", NAT_FN(nat_spin), METH_VARARGS, NULL},
+    {"callback", nat_callback, METH_VARARGS, NULL},
+    {"nogil", nat_nogil, METH_VARARGS, NULL},
+    {"start_pthread", nat_start_pthread, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+#if PY_MAJOR_VERSION >= 3
+static struct PyModuleDef nat_module = {PyModuleDef_HEAD_INIT, NAT_STR(NAT_NAME), NULL, -1,
+                                        nat_methods};
+PyMODINIT_FUNC NAT_CAT(PyInit_, NAT_NAME)(void)
+{
+        return PyModule_Create(&nat_module);
+}
+#else
+PyMODINIT_FUNC NAT_CAT(init, NAT_NAME)(void)
+{
+        Py_InitModule(NAT_STR(NAT_NAME), nat_methods);
+}
+#endif
+'''
+
+SCRIPT = r'''
+import sys
+import threading
+import time
+
+sys.path.insert(0, sys.argv[1])
+import nat_ext
+import nat_ext_stripped
+
+N = 300000
+
+
+def inner():
+    nat_ext.spin(N)
+
+
+def outer():
+    nat_ext.callback(inner)
+
+
+def stripped():
+    nat_ext_stripped.spin(N)
+
+
+def nogil_worker(end):
+    while time.time() < end:
+        nat_ext.nogil(N)
+
+
+end = time.time() + float(sys.argv[2])
+t = threading.Thread(target=nogil_worker, args=(end,))
+t.start()
+nat_ext.start_pthread()
+while time.time() < end:
+    outer()
+    stripped()
+t.join()
+'''
+
+
+def interpreters():
+    """(label, path) of every CPython we can test here."""
+    found = []
+    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    for path in sorted(glob.glob(os.path.join(root, "versions", "*", "bin", "python"))):
+        ver = path.split(os.sep)[-3]
+        if re.match(r"^\d+\.\d+\.\d+$", ver):
+            found.append((ver, path))
+    if os.path.exists("/usr/bin/python3.11"):
+        found.append(("debian-3.11", "/usr/bin/python3.11"))
+
+    def key(item):
+        nums = re.findall(r"\d+", item[0])
+        return [int(n) for n in nums] + [item[0].startswith("debian")]
+
+    return sorted(found, key=key)
+
+
+def line_of(text, marker):
+    for i, line in enumerate(text.splitlines(), 1):
+        if marker in line:
+            return i
+    raise ValueError(marker)
+
+
+class Runner:
+    def __init__(self, args):
+        self.record = args.record
+        self.report = args.report
+        self.passed = self.failed = self.skipped = 0
+        self.tmp = tempfile.mkdtemp(prefix="pyflame-native-")
+
+    def check(self, label, name, ok, detail=""):
+        if ok:
+            self.passed += 1
+            print("PASS %s %s" % (label, name))
+        else:
+            self.failed += 1
+            print("FAIL %s %s%s" % (label, name, ": " + detail if detail else ""))
+        sys.stdout.flush()
+        return ok
+
+    def skip(self, label, why):
+        self.skipped += 1
+        print("SKIP %s: %s" % (label, why))
+
+    def report_json(self, db, *extra):
+        out = subprocess.run([self.report, "--format", "json", "--idle"] + list(extra) + [db],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             universal_newlines=True, timeout=120)
+        if out.returncode != 0:
+            raise RuntimeError("pyflame-report failed: %s" % out.stderr.strip())
+        return json.loads(out.stdout)
+
+
+def include_dir(py):
+    code = ("import sysconfig; print(sysconfig.get_paths()['include'])")
+    out = subprocess.run([py, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         universal_newlines=True, timeout=60)
+    inc = out.stdout.strip()
+    return inc if out.returncode == 0 and os.path.exists(os.path.join(inc, "Python.h")) else None
+
+
+def build(workdir, inc):
+    """nat_ext.so with -g, nat_ext_stripped.so without DWARF. Returns an error or None."""
+    src = os.path.join(workdir, "nat_ext.c")
+    with open(src, "w") as f:
+        f.write(EXT_C)
+    cc = os.environ.get("CC", "cc")
+    cmds = [
+        [cc, "-shared", "-fPIC", "-O1", "-g", "-I", inc, "-o",
+         os.path.join(workdir, "nat_ext.so"), src, "-lpthread"],
+        [cc, "-shared", "-fPIC", "-O1", "-DNAT_STRIPPED", "-DNAT_NAME=nat_ext_stripped",
+         "-I", inc, "-o", os.path.join(workdir, "nat_ext_stripped.so"), src, "-lpthread"],
+        ["strip", "--strip-debug", os.path.join(workdir, "nat_ext_stripped.so")],
+    ]
+    for cmd in cmds:
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             universal_newlines=True, timeout=120)
+        if out.returncode != 0:
+            return "%s: %s" % (" ".join(cmd[:2]), out.stdout.strip()[-500:])
+    return None
+
+
+def names(d, stack):
+    return [(d["frames"][i]["function"], d["frames"][i]["kind"]) for i in stack["frames"]]
+
+
+def find_run(seq, want):
+    """Index where `want` (a list of (name, kind)) occurs in seq as a contiguous run, or -1."""
+    for i in range(len(seq) - len(want) + 1):
+        if seq[i:i + len(want)] == want:
+            return i
+    return -1
+
+
+def errors_of(db):
+    con = sqlite3.connect(db)
+    try:
+        rows = dict(con.execute("SELECT kind, sum(count) FROM errors GROUP BY kind").fetchall())
+        total = con.execute("SELECT value FROM meta WHERE key = 'samples'").fetchone()
+    finally:
+        con.close()
+    return rows, int(total[0]) if total else 0
+
+
+def test_interpreter(r, label, py):
+    inc = include_dir(py)
+    if not inc:
+        r.skip(label, "no Python.h for %s (install its -dev package)" % py)
+        return
+    work = os.path.join(r.tmp, label)
+    os.makedirs(work)
+    err = build(work, inc)
+    if not r.check(label, "build the extension", err is None, err or ""):
+        return
+    script = os.path.join(work, "target.py")
+    with open(script, "w") as f:
+        f.write(SCRIPT)
+    db = os.path.join(work, "native.db")
+    rec = subprocess.run([r.record, "--native", "-q", "-o", db, "--", py, script, work,
+                          str(SECONDS)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         universal_newlines=True, timeout=120)
+    if not r.check(label, "record --native", rec.returncode == 0 and os.path.exists(db),
+                   rec.stdout.strip()[-800:]):
+        return
+    d = r.report_json(db)
+    stacks = [(names(d, s), s) for s in d["stacks"]]
+    total = sum(s["count"] for s in d["stacks"])
+
+    def count(want):
+        return sum(s["count"] for seq, s in stacks if find_run(seq, want) >= 0)
+
+    py_ = "python"
+    nat = "native"
+    layers = [("outer", py_), ("nat_callback", nat), ("inner", py_), ("nat_spin", nat),
+              ("nat_hot_loop", nat)]
+    n_layers = count(layers)
+    r.check(label, "Python -> C -> Python -> C -> C hot loop, in order", n_layers >= 20,
+            "%d of %d samples; top stacks: %s" % (
+                n_layers, total,
+                [" ; ".join(n for n, _ in seq[-7:]) for seq, s in
+                 sorted(stacks, key=lambda x: -x[1]["count"])[:4]]))
+    nogil = [("nogil_worker", py_), ("nat_nogil", nat), ("nat_nogil_loop", nat)]
+    n_nogil = count(nogil)
+    r.check(label, "GIL released: nogil_worker -> nat_nogil -> nat_nogil_loop", n_nogil >= 20,
+            "%d samples" % n_nogil)
+    # The thread started from C: no Python frame at all, its own loop on top.
+    n_pthread = sum(s["count"] for seq, s in stacks
+                    if find_run(seq, [("nat_pthread_loop", nat)]) >= 0
+                    and all(k == nat for _, k in seq))
+    r.check(label, "a thread with no Python shows its native stack", n_pthread >= 20,
+            "%d samples" % n_pthread)
+    stripped = [("stripped", py_), ("nat_spin_stripped", nat), ("nat_hot_loop_stripped", nat)]
+    r.check(label, "stripped module named from its symbols", count(stripped) >= 5,
+            "%d samples" % count(stripped))
+    # Lines: the -g module's hot loop on its marked line; the stripped one has none.
+    hot_line = line_of(EXT_C, "HOT-C")
+    lines = {}
+    stripped_lines = set()
+    for seq, s in stacks:
+        leaf = d["frames"][s["frames"][-1]] if s["frames"] else None
+        if leaf and leaf["function"] == "nat_hot_loop":
+            lines[leaf["line"]] = lines.get(leaf["line"], 0) + s["count"]
+        if leaf and leaf["function"] == "nat_hot_loop_stripped":
+            stripped_lines.add(leaf["line"])
+    on_line = lines.get(hot_line, 0)
+    r.check(label, "hot C line from DWARF (nat_ext.c:%d)" % hot_line,
+            sum(lines.values()) > 0 and on_line >= 0.8 * sum(lines.values()),
+            "lines %s" % lines)
+    r.check(label, "no line without DWARF", stripped_lines == {None} or not stripped_lines,
+            "lines %s" % stripped_lines)
+    # Native frames carry their module; the plumbing is hidden.
+    mods = set()
+    con = sqlite3.connect(db)
+    for fn, mod in con.execute("SELECT function, module FROM frame_info WHERE kind = 1"):
+        if fn.startswith("nat_"):
+            mods.add(os.path.basename(mod or ""))
+    con.close()
+    r.check(label, "module of the native frames",
+            mods == {"nat_ext.so", "nat_ext_stripped.so"}, "modules %s" % mods)
+    plumbing = {"_PyEval_EvalFrameDefault", "PyEval_EvalFrameEx", "PyObject_Call",
+                "_PyObject_MakeTpCall", "PyObject_CallObject", "_PyFunction_Vectorcall"}
+    seen = sorted({n for seq, _ in stacks for n, _ in seq} & plumbing)
+    r.check(label, "interpreter plumbing and eval frames hidden", not seen, "seen %s" % seen)
+    # --no-native: Python frames only.
+    dn = r.report_json(db, "--no-native")
+    kinds = {f["kind"] for s in dn["stacks"] for f in (dn["frames"][i] for i in s["frames"])}
+    r.check(label, "--no-native leaves Python frames only", kinds <= {"python"}, str(kinds))
+    errors, samples = errors_of(db)
+    unmatched = errors.get(4, 0)
+    r.check(label, "unmatched stacks within %.0f%%" % (100 * UNMATCHED_TOLERANCE),
+            samples > 0 and unmatched <= UNMATCHED_TOLERANCE * (samples + unmatched),
+            "%d unmatched, %d samples" % (unmatched, samples))
+    print("     %s: %d samples, %d unmatched, %d read errors" % (
+        label, samples, unmatched, errors.get(1, 0)))
+    # --dump --native: the running thread's layers printed once.
+    proc = subprocess.Popen([py, script, work, "20"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        text = ""
+        for _ in range(10):
+            time.sleep(0.5)
+            dump = subprocess.run([r.record, "--dump", "--native", "-p", str(proc.pid)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  universal_newlines=True, timeout=60)
+            text = dump.stdout
+            if dump.returncode == 0 and "nat_nogil_loop" in text and "nat_pthread_loop" in text:
+                break
+        r.check(label, "--dump --native", "nat_nogil_loop" in text and "nat_pthread_loop" in text
+                and "nogil_worker" in text, text[-1500:])
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+NUMPY_PY = r'''
+import sys
+import threading
+import time
+
+import numpy as np
+
+a = np.random.rand(600, 600)
+
+
+def matmul():
+    return a @ a  # MATMUL
+
+
+end = time.time() + float(sys.argv[1])
+while time.time() < end:
+    matmul()
+'''
+
+
+def test_numpy(r):
+    """Debian's python3-numpy under /usr/bin/python3.11 (static, stripped)."""
+    label = "debian-3.11-numpy"
+    py = "/usr/bin/python3.11"
+    if not os.path.exists(py) or subprocess.run(
+            [py, "-c", "import numpy"], stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL).returncode != 0:
+        r.skip(label, "needs /usr/bin/python3.11 with python3-numpy")
+        return
+    work = os.path.join(r.tmp, label)
+    os.makedirs(work)
+    script = os.path.join(work, "mm.py")
+    with open(script, "w") as f:
+        f.write(NUMPY_PY)
+    db = os.path.join(work, "numpy.db")
+    rec = subprocess.run([r.record, "--native", "-q", "-o", db, "--", py, script,
+                          str(SECONDS)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         universal_newlines=True, timeout=120)
+    if not r.check(label, "record --native", rec.returncode == 0, rec.stdout[-800:]):
+        return
+    d = r.report_json(db, "--native-modules")
+    blas, total, threads_blas = 0, 0, 0
+    for s in d["stacks"]:
+        seq = [(d["frames"][i]["function"], d["frames"][i]["kind"]) for i in s["frames"]]
+        total += s["count"]
+        py_frames = [i for i, (_, k) in enumerate(seq) if k == "python"]
+        is_blas = [i for i, (n, k) in enumerate(seq) if k == "native" and "blas" in n]
+        if py_frames and is_blas and seq[py_frames[-1]][0] == "matmul" and \
+                is_blas[0] > py_frames[-1]:
+            blas += s["count"]
+        if not py_frames and is_blas:
+            threads_blas += s["count"]
+    r.check(label, "matrix product time in BLAS under the matmul line", blas >= total * 0.5,
+            "%d of %d samples" % (blas, total))
+    libs = subprocess.run(["sh", "-c", "ldconfig -p | grep -c openblas"], stdout=subprocess.PIPE,
+                          universal_newlines=True).stdout.strip()
+    if libs not in ("", "0"):
+        r.check(label, "BLAS worker threads appear", threads_blas > 0,
+                "%d samples in threads with no Python" % threads_blas)
+    else:
+        r.skip(label + " workers", "the reference BLAS (libblas3) has no worker threads")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--record", required=True)
+    ap.add_argument("--report", required=True)
+    ap.add_argument("--only", action="append", help="only the interpreter with this label")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("SKIP all: --native holds threads with ptrace; run as root")
+        print("0 passed, 0 failed, 1 skipped")
+        return 0
+    if not shutil.which(os.environ.get("CC", "cc")) or not shutil.which("strip"):
+        print("SKIP all: needs a C compiler and strip")
+        print("0 passed, 0 failed, 1 skipped")
+        return 0
+    r = Runner(args)
+    try:
+        for label, py in interpreters():
+            if args.only and not any(o == label or label.startswith(o + ".") for o in args.only):
+                continue
+            test_interpreter(r, label, py)
+        if not args.only or "debian-3.11" in args.only:
+            test_numpy(r)
+    finally:
+        shutil.rmtree(r.tmp, ignore_errors=True)
+    print("%d passed, %d failed, %d skipped" % (r.passed, r.failed, r.skipped))
+    return 1 if r.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
