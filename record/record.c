@@ -19,6 +19,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -41,6 +42,7 @@
 #include "capture.h"
 #include "pfutil.h"
 #include "procfs.h"
+#include "procmatch.h"
 #include "pyfind.h"
 #include "proctree.h"
 #include "pyflame-config.h"
@@ -93,6 +95,8 @@ struct options {
         uint64_t keep_bytes;   /* --keep-size */
         const char *on_rotate; /* --on-rotate CMD */
         pid_t snapshot_of;     /* --snapshot PID: ask that recorder for a snapshot */
+        const char *match;     /* --match REGEX: processes by command line */
+        bool all;              /* --all: every Python process */
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -108,10 +112,15 @@ static void usage(FILE *f)
 {
         fprintf(f,
                 "Usage: %s [OPTIONS] -p PID[,PID...]\n"
+                "       %s [OPTIONS] --match REGEX | --all\n"
                 "       %s [OPTIONS] -- COMMAND [ARGS...]\n"
                 "Sample the Python stacks of a running CPython process into a trace file.\n"
                 "\n"
                 "  -p, --pid PID[,PID]    attach to running process(es)\n"
+                "      --match REGEX      record every Python process whose command line\n"
+                "                         matches REGEX (extended), running now or started\n"
+                "                         later, each under its own pid; others are skipped\n"
+                "      --all              record every Python process of the host, now and later\n"
                 "  -o, --output FILE      trace file (default pyflame-PID-YYYYmmdd-HHMMSS.db)\n"
                 "  -f, --force            overwrite FILE if it exists\n"
                 "  -r, --rate HZ          samples per second (default 100; e.g. 1k, 250hz)\n"
@@ -155,7 +164,7 @@ static void usage(FILE *f)
                 "                         CPython versions it reads\n"
                 "\n"
                 "Then read the trace with pyflame-report FILE.\n",
-                prog, prog);
+                prog, prog, prog);
 }
 
 static int parse_pids(const char *arg, struct options *o)
@@ -216,7 +225,9 @@ static int parse_args(int argc, char **argv, struct options *o)
                 OPT_KEEP,
                 OPT_KEEP_SIZE,
                 OPT_RING,
-                OPT_SNAPSHOT
+                OPT_SNAPSHOT,
+                OPT_MATCH,
+                OPT_ALL
         };
         static const struct option longopts[] = {
             {"pid", required_argument, NULL, 'p'},
@@ -238,6 +249,8 @@ static int parse_args(int argc, char **argv, struct options *o)
             {"keep-size", required_argument, NULL, OPT_KEEP_SIZE},
             {"ring", required_argument, NULL, OPT_RING},
             {"snapshot", required_argument, NULL, OPT_SNAPSHOT},
+            {"match", required_argument, NULL, OPT_MATCH},
+            {"all", no_argument, NULL, OPT_ALL},
             {"quiet", no_argument, NULL, 'q'},
             {"help", no_argument, NULL, 'h'},
             {"version", no_argument, NULL, 'V'},
@@ -335,6 +348,12 @@ static int parse_args(int argc, char **argv, struct options *o)
                                 return -1;
                         }
                         break;
+                case OPT_MATCH:
+                        o->match = optarg;
+                        break;
+                case OPT_ALL:
+                        o->all = true;
+                        break;
                 case OPT_SNAPSHOT: {
                         char *end;
                         errno = 0;
@@ -364,11 +383,16 @@ static int parse_args(int argc, char **argv, struct options *o)
                 o->command = &argv[optind];
         if (o->snapshot_of)
                 return 0;
-        if (!o->command == !o->n_pids) {
+        if ((o->command != NULL) + (o->n_pids > 0) + (o->match || o->all) != 1 ||
+            (o->match && o->all)) {
                 fprintf(stderr,
-                        "%s: give either -p PID or -- COMMAND (not both, not neither)\n"
+                        "%s: give one of -p PID, --match REGEX, --all or -- COMMAND\n"
                         "Try '%s --help'.\n",
                         prog, prog);
+                return -1;
+        }
+        if ((o->match || o->all) && o->dump) {
+                fprintf(stderr, "%s: --dump needs -p PID\n", prog);
                 return -1;
         }
         if (o->ring_ns) {
@@ -458,6 +482,7 @@ static void install_signals(void)
         signal(SIGPIPE, SIG_IGN);
 }
 
+/* pyflame-PID-STAMP.db; for --match and --all (pid 0) pyflame-STAMP.db. */
 static void default_output(char *buf, size_t len, pid_t pid)
 {
         time_t now = time(NULL);
@@ -465,7 +490,10 @@ static void default_output(char *buf, size_t len, pid_t pid)
         localtime_r(&now, &tm);
         char stamp[32];
         strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
-        snprintf(buf, len, "pyflame-%d-%s.db", (int)pid, stamp);
+        if (pid)
+                snprintf(buf, len, "pyflame-%d-%s.db", (int)pid, stamp);
+        else
+                snprintf(buf, len, "pyflame-%s.db", stamp);
 }
 
 /* ---- spawn mode ------------------------------------------------------- */
@@ -542,7 +570,18 @@ struct recording {
         char current[PATH_MAX]; /* the sampling thread's copy of the current file's name */
         /* --rotate SIZE: the committing thread's size check asks the sampling thread. */
         atomic_int size_rotation; /* 0 idle, 1 wanted, 2 queued */
-        /* --subprocesses: descendants that are not (yet) Python. */
+        /*
+         * --match, --all: a thread of ours scans /proc once a second and
+         * leaves the new matching pids here for the sampling thread.
+         */
+        struct procmatch *matcher;
+        pthread_t scanner;
+        bool scanner_started, scanner_stop; /* stop: under match_lock */
+        pthread_mutex_t match_lock;
+        pthread_cond_t match_wake;
+        pid_t *match_pending;
+        size_t n_match_pending;
+        /* --subprocesses (and --match): processes that are not (yet) Python. */
         struct candidate {
                 pid_t pid;
                 int64_t first_ns;
@@ -683,6 +722,16 @@ static struct candidate *candidate_get(struct recording *r, pid_t pid, int64_t n
         return &r->candidates[r->n_candidates++];
 }
 
+/* Forget the candidates whose process is gone, so that the list stays small. */
+static void forget_gone_candidates(struct recording *r)
+{
+        size_t kept = 0;
+        for (size_t i = 0; i < r->n_candidates; i++)
+                if (kill(r->candidates[i].pid, 0) == 0 || errno == EPERM)
+                        r->candidates[kept++] = r->candidates[i];
+        r->n_candidates = kept;
+}
+
 /*
  * --subprocesses: start sampling Python descendants of the processes given
  * on the command line. A new child may not be Python yet (fork, then exec):
@@ -692,19 +741,34 @@ static struct candidate *candidate_get(struct recording *r, pid_t pid, int64_t n
 static void follow_children(struct recording *r, int64_t now)
 {
         pid_t *kids;
-        int n = proctree_descendants(r->o->pids, r->o->n_pids, &kids);
+        int n;
+        if (r->matcher) {
+                /* --match, --all: the roots are the processes found so far. */
+                pid_t roots[MAX_PIDS];
+                for (size_t i = 0; i < r->n_samplers; i++)
+                        roots[i] = sampler_pid(r->samplers[i]);
+                n = proctree_descendants(roots, r->n_samplers, &kids);
+        } else {
+                n = proctree_descendants(r->o->pids, r->o->n_pids, &kids);
+        }
         if (n < 0)
                 return;
-        /* Forget candidates that are gone, so the list stays small. */
+        /*
+         * Forget candidates that are gone, so the list stays small (with
+         * --match, the scan's candidates too, which are no descendants).
+         */
         size_t kept = 0;
-        for (size_t i = 0; i < r->n_candidates; i++) {
+        for (size_t i = 0; i < r->n_candidates && !r->matcher; i++) {
                 bool alive = false;
                 for (int k = 0; k < n && !alive; k++)
                         alive = kids[k] == r->candidates[i].pid;
                 if (alive)
                         r->candidates[kept++] = r->candidates[i];
         }
-        r->n_candidates = kept;
+        if (r->matcher)
+                forget_gone_candidates(r);
+        else
+                r->n_candidates = kept;
         for (int k = 0; k < n && r->n_samplers < MAX_PIDS; k++) {
                 if (is_sampled(r, kids[k]))
                         continue;
@@ -737,6 +801,140 @@ static void follow_children(struct recording *r, int64_t now)
         free(kids);
 }
 
+/* --match, --all: scan /proc once a second, off the sampling thread. */
+static void *scan_processes(void *arg)
+{
+        struct recording *r = arg;
+        pthread_mutex_lock(&r->match_lock);
+        while (!r->scanner_stop) {
+                pthread_mutex_unlock(&r->match_lock);
+                pid_t *fresh = NULL;
+                int n = procmatch_scan(r->matcher, &fresh);
+                pthread_mutex_lock(&r->match_lock);
+                if (n > 0) {
+                        pid_t *p = realloc(r->match_pending,
+                                           (r->n_match_pending + (size_t)n) * sizeof(*p));
+                        if (p) {
+                                memcpy(p + r->n_match_pending, fresh, (size_t)n * sizeof(*p));
+                                r->match_pending = p;
+                                r->n_match_pending += (size_t)n;
+                        }
+                }
+                free(fresh);
+                int64_t until = pf_now_mono_ns() + 1000000000;
+                struct timespec ts = {until / 1000000000, until % 1000000000};
+                while (!r->scanner_stop &&
+                       pthread_cond_timedwait(&r->match_wake, &r->match_lock, &ts) != ETIMEDOUT)
+                        ;
+        }
+        pthread_mutex_unlock(&r->match_lock);
+        return NULL;
+}
+
+static int start_scanner(struct recording *r)
+{
+        char err[512];
+        pid_t self = getpid();
+        if (procmatch_new(r->o->all ? NULL : r->o->match, &self, 1, &r->matcher, err, sizeof(err)) <
+            0) {
+                fprintf(stderr, "%s: %s\n", prog, err);
+                return EXIT_USAGE;
+        }
+        pthread_mutex_init(&r->match_lock, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&r->match_wake, &ca);
+        pthread_condattr_destroy(&ca);
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        int rc = pthread_create(&r->scanner, NULL, scan_processes, r);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc != 0) {
+                fprintf(stderr, "%s: cannot start the /proc scan: %s\n", prog, strerror(rc));
+                return EXIT_INTERNAL;
+        }
+        r->scanner_started = true;
+        return EXIT_OK;
+}
+
+static void stop_scanner(struct recording *r)
+{
+        if (r->scanner_started) {
+                pthread_mutex_lock(&r->match_lock);
+                r->scanner_stop = true;
+                pthread_cond_signal(&r->match_wake);
+                pthread_mutex_unlock(&r->match_lock);
+                pthread_join(r->scanner, NULL);
+                r->scanner_started = false;
+                pthread_mutex_destroy(&r->match_lock);
+                pthread_cond_destroy(&r->match_wake);
+        }
+        procmatch_free(r->matcher);
+        r->matcher = NULL;
+        free(r->match_pending);
+        r->match_pending = NULL;
+}
+
+/*
+ * --match, --all: start sampling the processes the scan found. As with
+ * --subprocesses, a process that is not Python yet (just forked, its
+ * interpreter still starting) is retried for two seconds; one that is not
+ * Python or cannot be read is skipped with one line, and the recording
+ * goes on.
+ */
+static void follow_matches(struct recording *r, int64_t now)
+{
+        pthread_mutex_lock(&r->match_lock);
+        pid_t *fresh = r->match_pending;
+        size_t n_fresh = r->n_match_pending;
+        r->match_pending = NULL;
+        r->n_match_pending = 0;
+        pthread_mutex_unlock(&r->match_lock);
+        if (n_fresh)
+                forget_gone_candidates(r);
+        for (size_t i = 0; i < n_fresh; i++) {
+                if (is_sampled(r, fresh[i]))
+                        continue;
+                struct candidate *c = candidate_get(r, fresh[i], now);
+                if (c) /* a new process, maybe under a pid seen before */
+                        *c = (struct candidate){fresh[i], now, false};
+        }
+        free(fresh);
+        for (size_t i = 0; i < r->n_candidates && r->n_samplers < MAX_PIDS; i++) {
+                struct candidate *c = &r->candidates[i];
+                if (c->gave_up)
+                        continue;
+                char err[512], cmd[256] = "";
+                struct sampler *s;
+                int rc = sampler_open(c->pid, r->o->blocking, &s, err, sizeof(err));
+                if (rc == 0) {
+                        setup_sampler(r, s);
+                        if (sampler_set_sink(s, r->k, err, sizeof(err)) < 0) {
+                                sampler_close(s);
+                                rc = -EIO;
+                        }
+                }
+                bool retry = (rc == PYFIND_NOT_READY || rc == PYFIND_NOT_PYTHON) &&
+                             now - c->first_ns <= 2000000000LL;
+                if (rc != 0 && retry)
+                        continue;
+                c->gave_up = true; /* sampled now, or skipped: never retried */
+                procfs_cmdline(c->pid, cmd, sizeof(cmd));
+                if (rc == 0) {
+                        watch_sources(r, s);
+                        r->samplers[r->n_samplers++] = s;
+                        if (!r->o->quiet)
+                                fprintf(stderr, "%s%s: recording pid %d: %s\n", r->tty ? "\n" : "",
+                                        prog, (int)c->pid, cmd);
+                } else if (!r->o->quiet) {
+                        fprintf(stderr, "%s%s: skipping pid %d (%s): %s\n", r->tty ? "\n" : "",
+                                prog, (int)c->pid, cmd, err);
+                }
+        }
+}
+
 /*
  * Whether the recording should go on with no sampler: only with
  * --subprocesses while a process given on the command line still lives
@@ -744,6 +942,8 @@ static void follow_children(struct recording *r, int64_t now)
  */
 static bool roots_alive(struct recording *r)
 {
+        if (r->matcher)
+                return true; /* --match, --all: processes may start any time */
         if (!r->o->subprocesses)
                 return false;
         if (r->child)
@@ -908,7 +1108,7 @@ static int record_loop(struct recording *r)
                         "keeps every CPU busy may be taken late, when it pauses; run as root or "
                         "with CAP_SYS_NICE\n",
                         prog, strerror(-prio));
-        int64_t last_status = 0, last_follow = 0;
+        int64_t last_status = 0, last_follow = 0, last_match = 0;
         char err[512];
         while (!stop_requested || r->child) {
                 if (stop_requested && r->child) {
@@ -947,6 +1147,10 @@ static int record_loop(struct recording *r)
                 if (r->o->subprocesses && now - last_follow >= 200000000) {
                         follow_children(r, now);
                         last_follow = now;
+                }
+                if (r->matcher && now - last_match >= 200000000) {
+                        follow_matches(r, now);
+                        last_match = now;
                 }
                 const int64_t pass_start = now;
                 shuffle_samplers(r, &sch);
@@ -1269,7 +1473,12 @@ static int prepare(struct recording *r)
         if (status != EXIT_OK)
                 return status;
         if (!o->output && continuous(o)) {
-                snprintf(r->output_buf, sizeof(r->output_buf), "pyflame-%d.db", (int)o->pids[0]);
+                if (o->n_pids)
+                        snprintf(r->output_buf, sizeof(r->output_buf), "pyflame-%d.db",
+                                 (int)o->pids[0]);
+                else
+                        snprintf(r->output_buf, sizeof(r->output_buf), "pyflame-%s.db",
+                                 o->all ? "all" : "match");
                 o->output = r->output_buf;
         } else if (!o->output) {
                 default_output(r->output_buf, sizeof(r->output_buf), o->pids[0]);
@@ -1287,12 +1496,15 @@ static int prepare(struct recording *r)
         }
         open_capture(r);
         status = open_samplers(r);
+        if (status == EXIT_OK && (o->match || o->all))
+                status = start_scanner(r);
         return status == EXIT_OK ? create_trace(r) : status;
 }
 
 /* Nothing was recorded: leave no file behind, and no program running. */
 static int abandon(struct recording *r, int status)
 {
+        stop_scanner(r);
         while (r->n_samplers)
                 sampler_close(r->samplers[--r->n_samplers]);
         char path[PATH_MAX];
@@ -1326,7 +1538,11 @@ static int record(struct recording *r)
                         trace_writer_errmsg(r->w));
                 return EXIT_OUTPUT;
         }
-        if (!o->quiet && !r->child)
+        if (!o->quiet && (o->match || o->all))
+                fprintf(stderr, "%s: recording %s at %g Hz into %s%s\n", prog,
+                        o->all ? "every Python process" : "the processes matching --match",
+                        o->rate_hz, current_file(r), r->tty ? " (Ctrl-C to stop)" : "");
+        else if (!o->quiet && !r->child)
                 fprintf(stderr, "%s: recording %zu process%s at %g Hz into %s%s\n", prog,
                         r->n_samplers, r->n_samplers == 1 ? "" : "es", o->rate_hz, current_file(r),
                         r->tty ? " (Ctrl-C to stop)" : "");
@@ -1510,7 +1726,9 @@ int main(int argc, char **argv)
         int status = prepare(&r);
         if (status != EXIT_OK)
                 return abandon(&r, status);
-        status = finish_trace(&r, record(&r));
+        status = record(&r);
+        stop_scanner(&r);
+        status = finish_trace(&r, status);
         rotation_free(r.rot); /* after the last --on-rotate command */
         tsink_free(r.k);
         trace_writer_free(r.w);

@@ -437,6 +437,56 @@ def test_kill(r, label, py):
             last is not None and sum(n for _, _, n in thread_spans(last).values()) > 0)
 
 
+def test_match(r, label, py):
+    name = "%s --match" % label
+    d = r.mkdtemp()
+    tag = "pyflame_match_%d" % os.getpid()
+    app = os.path.join(d, tag + ".py")
+    with open(app, "w") as f:
+        f.write(WORKLOAD)
+    early = subprocess.Popen([py, app, "60"])
+    late = shell = None
+    try:
+        time.sleep(0.5)
+        p = r.start(["--match", tag, "-o", os.path.join(d, "m.db")], d)
+        # Started after the recorder: a Python process and a shell (not Python) that match.
+        late = subprocess.Popen([py, app, "60"])
+        shell = subprocess.Popen(["sh", "-c", "sleep 60; : %s" % tag])
+        deadline = time.time() + 60
+        while time.time() < deadline and p.poll() is None:
+            with open(os.path.join(d, "rec.err")) as f:
+                err = f.read()
+            if "pid %d" % late.pid in err and "pid %d" % shell.pid in err:
+                break
+            time.sleep(0.2)
+        time.sleep(1)
+        rc, out, err = r.stop(p, d)
+    finally:
+        for q in (early, late, shell):
+            if q:
+                q.kill()
+                q.wait()
+    r.check("%s: exit 0" % name, rc == 0, err)
+    db = os.path.join(d, "m.db")
+    err_s = r.readable(db)
+    if not r.check("%s: readable" % name, err_s is None, err_s or ""):
+        return
+    con = sqlite3.connect(db)
+    try:
+        pids = dict(con.execute("SELECT pid, (SELECT coalesce(sum(c.count), 0) FROM threads t "
+                                "JOIN sample_chunks c ON c.thread = t.ref WHERE t.pid = p.pid) "
+                                "FROM processes p").fetchall())
+    finally:
+        con.close()
+    r.check("%s: the process running before is recorded" % name,
+            pids.get(early.pid, 0) > 0, str(pids))
+    r.check("%s: the process started after the recorder is recorded" % name,
+            pids.get(late.pid, 0) > 0, str(pids))
+    r.check("%s: the shell that matches is not" % name, shell.pid not in pids, str(pids))
+    skips = [line for line in err.splitlines() if "skipping pid %d " % shell.pid in line]
+    r.check("%s: one line says the shell was skipped" % name, len(skips) == 1, err)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--record", required=True)
@@ -447,7 +497,7 @@ def main():
     args = ap.parse_args()
     r = Runner(args)
     tests = [test_rotate_time, test_rotate_signal, test_rotate_size, test_retention, test_ring,
-             test_kill]
+             test_kill, test_match]
     if args.test:
         tests = [t for t in tests if t.__name__ == "test_" + args.test]
     pys = [(l, p) for l, p in interpreters()
