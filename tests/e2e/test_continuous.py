@@ -253,6 +253,18 @@ def test_rotate_time(r, label, py):
             all(int(m["duration_ns"]) >= 1000000000 for _, m in files[:-1]),
             str([m["duration_ns"] for _, m in files]))
     r.check_tiling(name, files, 100)
+    # pyflame-report join, the files in any order: one recording, every sample once.
+    joined = os.path.join(d, "joined.db")
+    j = subprocess.run([r.report, "join", "-o", joined] + [f for f, _ in reversed(files)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True, timeout=120)
+    jm = meta(joined) if j.returncode == 0 else {}
+    r.check("%s: join makes one recording of every sample" % name,
+            j.returncode == 0 and
+            int(jm["samples"]) == sum(int(m["samples"]) for _, m in files) and
+            int(jm["start_mono_ns"]) == int(files[0][1]["start_mono_ns"]) and
+            int(jm["end_mono_ns"]) == int(files[-1][1]["end_mono_ns"]) and
+            r.readable(joined) is None, j.stderr)
     with open(log) as f:
         ran = [line.strip() for line in f if line.strip()]
     r.check("%s: --on-rotate once per file, in order" % name,
