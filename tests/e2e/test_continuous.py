@@ -34,6 +34,7 @@ import argparse
 import glob
 import os
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -525,6 +526,10 @@ def main():
         for t in tests:
             t(r, label, py)
     print("%d passed, %d failed, %d skipped" % (r.passed, r.failed, r.skipped))
+    if r.failed:
+        print("files kept in %s" % r.tmp)
+    else:
+        shutil.rmtree(r.tmp, ignore_errors=True)
     return 1 if r.failed else 0
 
 
