@@ -95,6 +95,13 @@ enum trace_frame_kind {
 #define TRACE_META_SOURCE_SKIPPED "source_skipped" /* files of frames not stored */
 #define TRACE_META_ASYNC          "async"          /* 1: recorded with asyncio tasks */
 #define TRACE_META_TASK_SAMPLES   "task_samples"   /* samples of tasks' streams */
+/*
+ * Rotation (trace_writer_rotate): the set a file belongs to (set by the
+ * recorder, kept by each rotation) and its 1-based place in it (kept by
+ * the writer; absent before the first rotation means 1).
+ */
+#define TRACE_META_SEGMENT_SET "segment_set"
+#define TRACE_META_SEGMENT     "segment"
 
 /* ------------------------------------------------------------------ */
 /* Writer                                                              */
@@ -274,6 +281,28 @@ TRACE_API void trace_writer_set_flush_interval(struct trace_writer *w, int64_t i
  */
 TRACE_API int trace_writer_finalize(struct trace_writer *w);
 
+/*
+ * Rotation: finish the current file at monotonic time `cut_mono_ns` (its
+ * end; between the trace's start and now) and go on writing into a new
+ * file at `path` (flags as for trace_writer_create) that starts at the cut.
+ * Call it between samples: those added before go to the current file,
+ * those after to the new one, so nothing is lost or counted twice. The new
+ * file is a complete trace on its own: it holds every string, frame, stack,
+ * process, thread and stored source the writer knows (ids stay what they
+ * were, so earlier ids stay valid) and the meta set so far, with its own
+ * start, and counts samples, errors, stack counts and thread spans afresh.
+ * Processes that ended before the cut keep their end, a negative time.
+ * The current file is closed complete and finalized (end time, duration)
+ * and can be read, copied or removed at once.
+ *
+ * Returns 0, or a negative status with the message on `w`. When the new
+ * file cannot be made (TRACE_ERR_EXISTS, TRACE_ERR_IO) the writer goes on
+ * writing the current file, as if not called; a failure after the switch
+ * (writing the new file) leaves the writer failed.
+ */
+TRACE_API int trace_writer_rotate(struct trace_writer *w, const char *path, unsigned flags,
+                                  int64_t cut_mono_ns);
+
 /* Release the writer (finalizing is not implied: call finalize first). NULL is fine. */
 TRACE_API void trace_writer_free(struct trace_writer *w);
 
@@ -301,6 +330,24 @@ struct trace_reader;
  */
 TRACE_API int trace_writer_add_recording(struct trace_writer *w, struct trace_reader *src,
                                          const char *file, int64_t offset_ns);
+
+/*
+ * Join consecutive files of one rotation (trace_writer_rotate; the same
+ * meta segment_set, segment numbers following each other, `paths` in that
+ * order) into ONE trace at `out` (flags as for trace_writer_create), as
+ * if they had been recorded as one: one time line from the first file's
+ * start (the files share their ids and their monotonic clock), the
+ * samples and error counts of all, the processes, threads and sources
+ * the last file knows. Nothing is shifted or guessed: a gap between two
+ * files (one missing) is refused.
+ *
+ * Returns 0, or a negative status; as for trace_writer_create, *out_w is
+ * then set (when memory allowed) to a handle whose errmsg tells why, and
+ * no file is left at `out`. On success *out_w is a finished writer too.
+ * Either way the caller releases it with trace_writer_free().
+ */
+TRACE_API int trace_join_segments(const char *out, unsigned flags, const char *const *paths,
+                                  size_t n, struct trace_writer **out_w);
 
 /* ------------------------------------------------------------------ */
 /* Reader                                                              */

@@ -63,6 +63,15 @@ int trace_writer_new_recording(struct trace_writer *w, const struct trace_record
 int trace_writer_add_recording_meta(struct trace_writer *w, uint32_t id, const char *key,
                                     const char *value);
 
+/*
+ * For joining segments (segments.c): the writer's database while it is
+ * open (NULL otherwise), for SQL of the caller's own; and closing it after
+ * such SQL, leaving the file as that SQL made it (no flush, no meta).
+ */
+struct sqlite3;
+struct sqlite3 *trace_writer_db(struct trace_writer *w);
+int trace_writer_close_written(struct trace_writer *w);
+
 /* The i-th row of the errors table: pid (0: the recorder), kind (folded), count. */
 bool trace_reader_error_at(const struct trace_reader *r, size_t i, int32_t *pid, unsigned *kind,
                            uint64_t *count);

@@ -1255,7 +1255,30 @@ static void mark_committed(struct trace_writer *w)
                 w->recordings[i].dirty = false;
 }
 
-TRACE_API int trace_writer_flush(struct trace_writer *w)
+/*
+ * Copy every stored source text of the database `from` into w's (a rotation:
+ * the texts were freed once committed, the previous file holds them).
+ * Inside w's transaction; returns a SQLite code.
+ */
+static int copy_sources(struct trace_writer *w, sqlite3 *from)
+{
+        sqlite3_stmt *q;
+        int rc = sqlite3_prepare_v2(
+            from, "SELECT file, size, mtime_ns, encoding, data FROM sources", -1, &q, NULL);
+        if (rc != SQLITE_OK)
+                return rc;
+        sqlite3_stmt *st = w->stmt[ST_SOURCE];
+        while (rc == SQLITE_OK && (rc = sqlite3_step(q)) == SQLITE_ROW) {
+                for (int i = 0; i < 5; i++)
+                        sqlite3_bind_value(st, i + 1, sqlite3_column_value(q, i));
+                rc = run(st);
+        }
+        sqlite3_finalize(q);
+        return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+/* trace_writer_flush(), copying the sources of `sources_from` first when not NULL. */
+static int flush(struct trace_writer *w, sqlite3 *sources_from)
 {
         int rc = check_open(w);
         if (rc < 0)
@@ -1270,7 +1293,9 @@ TRACE_API int trace_writer_flush(struct trace_writer *w)
         int src = sqlite3_exec(w->db, "BEGIN", NULL, NULL, NULL);
         if (src != SQLITE_OK)
                 return fail_sqlite(w, src, "cannot start writing the trace");
-        src = write_pending(w);
+        src = sources_from ? copy_sources(w, sources_from) : SQLITE_OK;
+        if (src == SQLITE_OK)
+                src = write_pending(w);
         if (src == SQLITE_OK)
                 src = sqlite3_exec(w->db, "COMMIT", NULL, NULL, NULL);
         if (src != SQLITE_OK) {
@@ -1280,6 +1305,11 @@ TRACE_API int trace_writer_flush(struct trace_writer *w)
         }
         mark_committed(w);
         return 0;
+}
+
+TRACE_API int trace_writer_flush(struct trace_writer *w)
+{
+        return flush(w, NULL);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1719,6 +1749,160 @@ TRACE_API int trace_writer_finalize(struct trace_writer *w)
         w->db = NULL;
         w->state = W_FINALIZED;
         return 0;
+}
+
+struct sqlite3 *trace_writer_db(struct trace_writer *w)
+{
+        return w->state == W_OPEN ? w->db : NULL;
+}
+
+int trace_writer_close_written(struct trace_writer *w)
+{
+        int rc = check_open(w);
+        if (rc < 0)
+                return rc;
+        for (int i = 0; i < ST_COUNT; i++) {
+                sqlite3_finalize(w->stmt[i]);
+                w->stmt[i] = NULL;
+        }
+        int src = sqlite3_close(w->db);
+        if (src != SQLITE_OK)
+                return fail_sqlite(w, src, "cannot close the trace");
+        w->db = NULL;
+        w->state = W_FINALIZED;
+        return 0;
+}
+
+/* Forget a meta key (a rotation's new file has no end yet). */
+static void drop_meta(struct trace_writer *w, const char *key)
+{
+        for (size_t i = 0; i < w->n_meta; i++) {
+                if (strcmp(w->meta[i].key, key))
+                        continue;
+                free(w->meta[i].key);
+                free(w->meta[i].text);
+                w->meta[i] = w->meta[--w->n_meta];
+                return;
+        }
+}
+
+/*
+ * After a rotation: what the new file must hold is everything interned so
+ * far (so that every id stays valid) and, counted afresh, the samples,
+ * errors, stack counts and thread spans from the cut on.
+ */
+static void restart_counts(struct trace_writer *w, int64_t shift_ns)
+{
+        w->committed_strings = 0;
+        w->committed_frames = 0;
+        w->committed_stacks = 1; /* stack 0 is in the schema */
+        for (size_t i = 0; i < w->n_processes; i++) {
+                struct wprocess *p = &w->processes[i];
+                if (p->ended)
+                        p->end_ns -= shift_ns; /* before the new start: negative */
+                p->dirty = true;
+        }
+        for (uint32_t i = 1; i <= w->n_threads; i++) {
+                struct wthread *t = &w->threads[i];
+                t->first_ns = t->last_ns = -1;
+                t->samples = 0;
+                t->dirty = true;
+        }
+        memset(w->stack_counts, 0, (size_t)w->cap_stack_counts * sizeof(*w->stack_counts));
+        for (size_t i = 0; i < w->n_errors; i++) {
+                memset(w->errors[i].n, 0, sizeof(w->errors[i].n));
+                w->errors[i].dirty = false;
+        }
+        w->errors_total = 0;
+        w->samples_total = 0;
+        w->task_samples_total = 0;
+        for (size_t i = 0; i < w->n_meta; i++)
+                w->meta[i].dirty = true;
+}
+
+TRACE_API int trace_writer_rotate(struct trace_writer *w, const char *path, unsigned flags,
+                                  int64_t cut_mono_ns)
+{
+        int rc = check_open(w);
+        if (rc < 0)
+                return rc;
+        if (w->n_recordings)
+                return fail(w, TRACE_ERR_STATE, "a merged trace cannot be rotated");
+        if (!path || !*path)
+                return fail(w, TRACE_ERR_ARG, "no path for the next trace");
+        if (flags & ~TRACE_CREATE_FORCE)
+                return fail(w, TRACE_ERR_ARG, "unknown flags 0x%x", flags);
+        int64_t now_mono = pf_now_mono_ns(), now_wall = pf_now_wall_ns();
+        if (cut_mono_ns < w->start_mono_ns || cut_mono_ns > now_mono)
+                return fail(w, TRACE_ERR_ARG,
+                            "the cut (%lld) is not between the trace's start and now",
+                            (long long)cut_mono_ns);
+        /* Everything before the cut goes to the current file. */
+        if ((rc = trace_writer_flush(w)) < 0)
+                return rc;
+        /*
+         * The next file is made before the current one is closed: if it
+         * cannot be, the writer goes on in the current file, unharmed.
+         */
+        struct trace_writer next;
+        memset(&next, 0, sizeof(next));
+        if ((rc = create_file(&next, path, flags)) < 0 || (rc = open_database(&next, path)) < 0) {
+                if (next.db) {
+                        close_database(&next);
+                        unlink(path);
+                }
+                return fail(w, rc, "%s", next.errmsg);
+        }
+        int64_t duration = cut_mono_ns - w->start_mono_ns;
+        if ((rc = set_meta(w, TRACE_META_END_WALL_NS, NULL, now_wall - (now_mono - cut_mono_ns))) <
+                0 ||
+            (rc = set_meta(w, TRACE_META_END_MONO_NS, NULL, cut_mono_ns)) < 0 ||
+            (rc = set_meta(w, TRACE_META_DURATION_NS, NULL, duration)) < 0 ||
+            (rc = trace_writer_flush(w)) < 0) {
+                drop_meta(w, TRACE_META_END_WALL_NS);
+                drop_meta(w, TRACE_META_END_MONO_NS);
+                drop_meta(w, TRACE_META_DURATION_NS);
+                close_database(&next);
+                unlink(path);
+                return rc;
+        }
+        /* The current file is finished; from here on the writer writes the next. */
+        sqlite3 *prev = w->db;
+        for (int i = 0; i < ST_COUNT; i++) {
+                sqlite3_finalize(w->stmt[i]);
+                w->stmt[i] = next.stmt[i];
+        }
+        w->db = next.db;
+        w->file_dev = next.file_dev;
+        w->file_ino = next.file_ino;
+        drop_meta(w, TRACE_META_END_WALL_NS);
+        drop_meta(w, TRACE_META_END_MONO_NS);
+        drop_meta(w, TRACE_META_DURATION_NS);
+        restart_counts(w, duration);
+        w->start_mono_ns = cut_mono_ns;
+        struct wmeta *seg = meta_slot(w, TRACE_META_SEGMENT);
+        if (!seg) {
+                rc = fail_nomem(w);
+                w->state = W_FAILED;
+                sqlite3_close(prev);
+                return rc;
+        }
+        if (seg->text) {
+                free(seg->text);
+                seg->text = NULL;
+                seg->num = 0;
+        }
+        seg->num = (seg->num > 0 ? seg->num : 1) + 1;
+        seg->dirty = true;
+        if ((rc = set_meta(w, TRACE_META_START_WALL_NS, NULL,
+                           now_wall - (now_mono - cut_mono_ns))) < 0 ||
+            (rc = set_meta(w, TRACE_META_START_MONO_NS, NULL, cut_mono_ns)) < 0 ||
+            (rc = flush(w, prev)) < 0) {
+                /* What was not written stays pending, but the sources are in prev only. */
+                w->state = W_FAILED;
+        }
+        sqlite3_close(prev);
+        return rc;
 }
 
 TRACE_API void trace_writer_free(struct trace_writer *w)

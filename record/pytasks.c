@@ -809,6 +809,8 @@ int pytasks_walk(struct pywalk *w)
                 if (!k || t->found[i] != t->found[k - 1])
                         t->found[k++] = t->found[i];
         t->n_found = k;
+        if (k == 0)
+                return 0; /* no task yet (asyncio imported, no loop running): nothing is sized */
         /* Every candidate's Task struct in one batch. */
         size_t each = (size_t)L->task_size;
         if ((rc = tasks_reserve(t, t->n_found)) < 0 ||

@@ -19,13 +19,16 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/resource.h>
@@ -39,9 +42,12 @@
 #include "capture.h"
 #include "native.h"
 #include "pfutil.h"
+#include "procfs.h"
+#include "procmatch.h"
 #include "pyfind.h"
 #include "proctree.h"
 #include "pyflame-config.h"
+#include "rotation.h"
 #include "sampler.h"
 #include "schedule.h"
 #include "sources.h"
@@ -85,10 +91,24 @@ struct options {
         bool native_all;       /* ... keeping the interpreter's call plumbing */
         uint64_t max_source_bytes;
         char **command; /* spawn mode: argv of the program */
+        /* Continuous recording (rotation.h). */
+        int64_t rotate_ns;     /* --rotate DURATION: a new file this often */
+        uint64_t rotate_bytes; /* --rotate SIZE: a new file past this size */
+        int64_t ring_ns;       /* --ring: keep only this much, snapshots on demand */
+        int64_t keep_ns;       /* --keep */
+        uint64_t keep_bytes;   /* --keep-size */
+        const char *on_rotate; /* --on-rotate CMD */
+        pid_t snapshot_of;     /* --snapshot PID: ask that recorder for a snapshot */
+        const char *match;     /* --match REGEX: processes by command line */
+        bool all;              /* --all: every Python process */
 };
 
 static volatile sig_atomic_t stop_requested;
-static volatile sig_atomic_t forward_signal; /* spawn mode: a signal to pass on */
+static volatile sig_atomic_t forward_signal;     /* spawn mode: a signal to pass on */
+static volatile sig_atomic_t rotate_requested;   /* SIGUSR2 */
+static volatile sig_atomic_t snapshot_requested; /* SIGUSR1 */
+static volatile sig_atomic_t snapshot_pid;       /* its sender, when it sent a pipe */
+static volatile sig_atomic_t snapshot_fd;        /* that pipe's number in the sender */
 
 static const char *prog = "pyflame-record";
 
@@ -97,10 +117,15 @@ static void usage(FILE *f)
         fprintf(
             f,
             "Usage: %s [OPTIONS] -p PID[,PID...]\n"
+            "       %s [OPTIONS] --match REGEX | --all\n"
             "       %s [OPTIONS] -- COMMAND [ARGS...]\n"
             "Sample the Python stacks of a running CPython process into a trace file.\n"
             "\n"
             "  -p, --pid PID[,PID]    attach to running process(es)\n"
+            "      --match REGEX      record every Python process whose command line\n"
+            "                         matches REGEX (extended), running now or started\n"
+            "                         later, each under its own pid; others are skipped\n"
+            "      --all              record every Python process of the host, now and later\n"
             "  -o, --output FILE      trace file (default pyflame-PID-YYYYmmdd-HHMMSS.db)\n"
             "  -f, --force            overwrite FILE if it exists\n"
             "  -r, --rate HZ          samples per second (default 100; e.g. 1k, 250hz)\n"
@@ -130,6 +155,22 @@ static void usage(FILE *f)
             "                         event loop: every live task once a sample, in the\n"
             "                         stack of awaits it waits in (CPython 3.7-3.13); see\n"
             "                         them with pyflame-report --async\n"
+            "\n"
+            "Continuous recording (files named FILE's stem-YYYYmmddTHHMMSSZ.ext, UTC):\n"
+            "      --rotate WHEN      go on in a new file every DURATION (10m, 1h) or past\n"
+            "                         a SIZE (256M, 1G: K, M, G in capitals or with B);\n"
+            "                         may be given twice; SIGUSR2 rotates at any time\n"
+            "      --on-rotate CMD    run the shell command CMD with each finished file's\n"
+            "                         path as its last argument, one at a time, in order\n"
+            "      --keep DURATION    delete finished files of this recording that ended\n"
+            "                         longer ago than DURATION (24h)\n"
+            "      --keep-size SIZE   delete the oldest finished files of this recording\n"
+            "                         while all of them take more than SIZE (2G)\n"
+            "      --ring DURATION    flight recorder: keep only about the last DURATION;\n"
+            "                         SIGUSR1 or --snapshot writes it out as one trace\n"
+            "      --snapshot PID     ask the recorder PID for a snapshot (one trace of\n"
+            "                         what its files hold) and print the file's name\n"
+            "\n"
             "      --dump             print every thread's stack once and exit\n"
             "  -q, --quiet            no status line or summary\n"
             "  -h, --help             this help\n"
@@ -137,7 +178,7 @@ static void usage(FILE *f)
             "                         CPython versions it reads\n"
             "\n"
             "Then read the trace with pyflame-report FILE.\n",
-            prog, prog);
+            prog, prog, prog);
 }
 
 static int parse_pids(const char *arg, struct options *o)
@@ -161,6 +202,28 @@ static int parse_pids(const char *arg, struct options *o)
         return o->n_pids ? rc : -1;
 }
 
+/*
+ * --rotate 10m (a duration) or --rotate 256M (a size). "m" is minutes and
+ * "M" mebibytes; any other size suffix (k, g, t, with or without "b"/"ib")
+ * is a size, and a bare number is seconds.
+ */
+static int parse_rotate(const char *arg, struct options *o)
+{
+        const char *end = arg;
+        while (*end && (strchr("0123456789.", *end)))
+                end++;
+        bool size = *end && (strchr("kKgGtTM", *end) || strchr(end, 'b') || strchr(end, 'B'));
+        if (size ? pf_parse_size(arg, &o->rotate_bytes) < 0 || o->rotate_bytes < 65536
+                 : pf_parse_duration(arg, &o->rotate_ns, NULL) < 0 || o->rotate_ns < 1000000000) {
+                fprintf(stderr,
+                        "%s: invalid --rotate '%s' (a duration of a second or more, e.g. 10m, "
+                        "1h; or a size of 64K or more, e.g. 256M, 1G)\n",
+                        prog, arg);
+                return -1;
+        }
+        return 0;
+}
+
 static int parse_args(int argc, char **argv, struct options *o)
 {
         enum {
@@ -173,7 +236,15 @@ static int parse_args(int argc, char **argv, struct options *o)
                 OPT_NO_SWITCH_EVENTS,
                 OPT_NO_BPF,
                 OPT_NATIVE,
-                OPT_NATIVE_ALL
+                OPT_NATIVE_ALL,
+                OPT_ROTATE,
+                OPT_ON_ROTATE,
+                OPT_KEEP,
+                OPT_KEEP_SIZE,
+                OPT_RING,
+                OPT_SNAPSHOT,
+                OPT_MATCH,
+                OPT_ALL
         };
         static const struct option longopts[] = {
             {"pid", required_argument, NULL, 'p'},
@@ -192,6 +263,14 @@ static int parse_args(int argc, char **argv, struct options *o)
             {"no-switch-events", no_argument, NULL, OPT_NO_SWITCH_EVENTS},
             {"no-bpf", no_argument, NULL, OPT_NO_BPF},
             {"max-source-bytes", required_argument, NULL, OPT_MAX_SOURCE},
+            {"rotate", required_argument, NULL, OPT_ROTATE},
+            {"on-rotate", required_argument, NULL, OPT_ON_ROTATE},
+            {"keep", required_argument, NULL, OPT_KEEP},
+            {"keep-size", required_argument, NULL, OPT_KEEP_SIZE},
+            {"ring", required_argument, NULL, OPT_RING},
+            {"snapshot", required_argument, NULL, OPT_SNAPSHOT},
+            {"match", required_argument, NULL, OPT_MATCH},
+            {"all", no_argument, NULL, OPT_ALL},
             {"quiet", no_argument, NULL, 'q'},
             {"help", no_argument, NULL, 'h'},
             {"version", no_argument, NULL, 'V'},
@@ -272,6 +351,49 @@ static int parse_args(int argc, char **argv, struct options *o)
                                 return -1;
                         }
                         break;
+                case OPT_ROTATE:
+                        if (parse_rotate(optarg, o) < 0)
+                                return -1;
+                        break;
+                case OPT_ON_ROTATE:
+                        o->on_rotate = optarg;
+                        break;
+                case OPT_KEEP:
+                case OPT_RING:
+                        if (pf_parse_duration(optarg, c == OPT_KEEP ? &o->keep_ns : &o->ring_ns,
+                                              NULL) < 0 ||
+                            (c == OPT_KEEP ? o->keep_ns : o->ring_ns) < 1000000000) {
+                                fprintf(stderr,
+                                        "%s: invalid duration '%s' for --%s (at least a second: "
+                                        "e.g. 10m, 24h)\n",
+                                        prog, optarg, c == OPT_KEEP ? "keep" : "ring");
+                                return -1;
+                        }
+                        break;
+                case OPT_KEEP_SIZE:
+                        if (pf_parse_size(optarg, &o->keep_bytes) < 0 || !o->keep_bytes) {
+                                fprintf(stderr, "%s: invalid size '%s' (e.g. 2G, 500M)\n", prog,
+                                        optarg);
+                                return -1;
+                        }
+                        break;
+                case OPT_MATCH:
+                        o->match = optarg;
+                        break;
+                case OPT_ALL:
+                        o->all = true;
+                        break;
+                case OPT_SNAPSHOT: {
+                        char *end;
+                        errno = 0;
+                        long v = strtol(optarg, &end, 10);
+                        if (errno || *end || v <= 0 || v > INT_MAX) {
+                                fprintf(stderr, "%s: invalid pid '%s'\n", prog, optarg);
+                                return -1;
+                        }
+                        o->snapshot_of = (pid_t)v;
+                        break;
+                }
                 case 'q':
                         o->quiet = true;
                         break;
@@ -288,15 +410,29 @@ static int parse_args(int argc, char **argv, struct options *o)
         }
         if (optind < argc)
                 o->command = &argv[optind];
-        if (!o->command == !o->n_pids) {
+        if (o->snapshot_of)
+                return 0;
+        if ((o->command != NULL) + (o->n_pids > 0) + (o->match || o->all) != 1 ||
+            (o->match && o->all)) {
                 fprintf(stderr,
-                        "%s: give either -p PID or -- COMMAND (not both, not neither)\n"
+                        "%s: give one of -p PID, --match REGEX, --all or -- COMMAND\n"
                         "Try '%s --help'.\n",
                         prog, prog);
                 return -1;
         }
         if (o->native)
                 o->blocking = true; /* the registers and stack need the thread held */
+        if ((o->match || o->all) && o->dump) {
+                fprintf(stderr, "%s: --dump needs -p PID\n", prog);
+                return -1;
+        }
+        if (o->ring_ns) {
+                /* Files of a tenth of the span, kept for the span: about the last span on disk. */
+                if (!o->rotate_ns)
+                        o->rotate_ns = o->ring_ns / 10 > 1000000000 ? o->ring_ns / 10 : 1000000000;
+                if (!o->keep_ns)
+                        o->keep_ns = o->ring_ns;
+        }
         if (o->dump && o->command) {
                 fprintf(stderr, "%s: --dump needs -p PID\n", prog);
                 return -1;
@@ -338,6 +474,27 @@ static void on_signal(int sig, siginfo_t *si, void *uc)
         stop_requested = sig;
 }
 
+/*
+ * SIGUSR1: a snapshot. pyflame-record --snapshot sends it with sigqueue(),
+ * its value the number of a pipe of the sender's on which it waits for the
+ * snapshot's name (rotation.c writes it there).
+ */
+static void on_snapshot(int sig, siginfo_t *si, void *uc)
+{
+        (void)sig;
+        (void)uc;
+        bool queued = si && si->si_code == SI_QUEUE && si->si_value.sival_int >= 0;
+        snapshot_pid = queued ? si->si_pid : 0;
+        snapshot_fd = queued ? si->si_value.sival_int : -1;
+        snapshot_requested = 1;
+}
+
+static void on_rotate_signal(int sig)
+{
+        (void)sig;
+        rotate_requested = 1;
+}
+
 static void install_signals(void)
 {
         struct sigaction sa;
@@ -348,9 +505,15 @@ static void install_signals(void)
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
         sigaction(SIGHUP, &sa, NULL);
+        sa.sa_sigaction = on_snapshot;
+        sigaction(SIGUSR1, &sa, NULL);
+        sa.sa_flags = 0;
+        sa.sa_handler = on_rotate_signal;
+        sigaction(SIGUSR2, &sa, NULL);
         signal(SIGPIPE, SIG_IGN);
 }
 
+/* pyflame-PID-STAMP.db; for --match and --all (pid 0) pyflame-STAMP.db. */
 static void default_output(char *buf, size_t len, pid_t pid)
 {
         time_t now = time(NULL);
@@ -358,7 +521,10 @@ static void default_output(char *buf, size_t len, pid_t pid)
         localtime_r(&now, &tm);
         char stamp[32];
         strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
-        snprintf(buf, len, "pyflame-%d-%s.db", (int)pid, stamp);
+        if (pid)
+                snprintf(buf, len, "pyflame-%d-%s.db", (int)pid, stamp);
+        else
+                snprintf(buf, len, "pyflame-%s.db", stamp);
 }
 
 /* ---- spawn mode ------------------------------------------------------- */
@@ -429,7 +595,24 @@ struct recording {
         struct capture *capture;     /* in-context reads (capture.h), NULL when off */
         char capture_off[600];       /* why it is off */
         char priority[64];           /* the sampling thread's scheduling (sampling_priority) */
-        /* --subprocesses: descendants that are not (yet) Python. */
+        /* Continuous recording (rotation.h); rot is NULL before the trace exists. */
+        struct rotation *rot;
+        int64_t segment_start;  /* the current file's start (monotonic) */
+        char current[PATH_MAX]; /* the sampling thread's copy of the current file's name */
+        /* --rotate SIZE: the committing thread's size check asks the sampling thread. */
+        atomic_int size_rotation; /* 0 idle, 1 wanted, 2 queued */
+        /*
+         * --match, --all: a thread of ours scans /proc once a second and
+         * leaves the new matching pids here for the sampling thread.
+         */
+        struct procmatch *matcher;
+        pthread_t scanner;
+        bool scanner_started, scanner_stop; /* stop: under match_lock */
+        pthread_mutex_t match_lock;
+        pthread_cond_t match_wake;
+        pid_t *match_pending;
+        size_t n_match_pending;
+        /* --subprocesses (and --match): processes that are not (yet) Python. */
         struct candidate {
                 pid_t pid;
                 int64_t first_ns;
@@ -608,6 +791,16 @@ static struct candidate *candidate_get(struct recording *r, pid_t pid, int64_t n
         return &r->candidates[r->n_candidates++];
 }
 
+/* Forget the candidates whose process is gone, so that the list stays small. */
+static void forget_gone_candidates(struct recording *r)
+{
+        size_t kept = 0;
+        for (size_t i = 0; i < r->n_candidates; i++)
+                if (kill(r->candidates[i].pid, 0) == 0 || errno == EPERM)
+                        r->candidates[kept++] = r->candidates[i];
+        r->n_candidates = kept;
+}
+
 /*
  * --subprocesses: start sampling Python descendants of the processes given
  * on the command line. A new child may not be Python yet (fork, then exec):
@@ -617,19 +810,34 @@ static struct candidate *candidate_get(struct recording *r, pid_t pid, int64_t n
 static void follow_children(struct recording *r, int64_t now)
 {
         pid_t *kids;
-        int n = proctree_descendants(r->o->pids, r->o->n_pids, &kids);
+        int n;
+        if (r->matcher) {
+                /* --match, --all: the roots are the processes found so far. */
+                pid_t roots[MAX_PIDS];
+                for (size_t i = 0; i < r->n_samplers; i++)
+                        roots[i] = sampler_pid(r->samplers[i]);
+                n = proctree_descendants(roots, r->n_samplers, &kids);
+        } else {
+                n = proctree_descendants(r->o->pids, r->o->n_pids, &kids);
+        }
         if (n < 0)
                 return;
-        /* Forget candidates that are gone, so the list stays small. */
+        /*
+         * Forget candidates that are gone, so the list stays small (with
+         * --match, the scan's candidates too, which are no descendants).
+         */
         size_t kept = 0;
-        for (size_t i = 0; i < r->n_candidates; i++) {
+        for (size_t i = 0; i < r->n_candidates && !r->matcher; i++) {
                 bool alive = false;
                 for (int k = 0; k < n && !alive; k++)
                         alive = kids[k] == r->candidates[i].pid;
                 if (alive)
                         r->candidates[kept++] = r->candidates[i];
         }
-        r->n_candidates = kept;
+        if (r->matcher)
+                forget_gone_candidates(r);
+        else
+                r->n_candidates = kept;
         for (int k = 0; k < n && r->n_samplers < MAX_PIDS; k++) {
                 if (is_sampled(r, kids[k]))
                         continue;
@@ -662,6 +870,140 @@ static void follow_children(struct recording *r, int64_t now)
         free(kids);
 }
 
+/* --match, --all: scan /proc once a second, off the sampling thread. */
+static void *scan_processes(void *arg)
+{
+        struct recording *r = arg;
+        pthread_mutex_lock(&r->match_lock);
+        while (!r->scanner_stop) {
+                pthread_mutex_unlock(&r->match_lock);
+                pid_t *fresh = NULL;
+                int n = procmatch_scan(r->matcher, &fresh);
+                pthread_mutex_lock(&r->match_lock);
+                if (n > 0) {
+                        pid_t *p = realloc(r->match_pending,
+                                           (r->n_match_pending + (size_t)n) * sizeof(*p));
+                        if (p) {
+                                memcpy(p + r->n_match_pending, fresh, (size_t)n * sizeof(*p));
+                                r->match_pending = p;
+                                r->n_match_pending += (size_t)n;
+                        }
+                }
+                free(fresh);
+                int64_t until = pf_now_mono_ns() + 1000000000;
+                struct timespec ts = {until / 1000000000, until % 1000000000};
+                while (!r->scanner_stop &&
+                       pthread_cond_timedwait(&r->match_wake, &r->match_lock, &ts) != ETIMEDOUT)
+                        ;
+        }
+        pthread_mutex_unlock(&r->match_lock);
+        return NULL;
+}
+
+static int start_scanner(struct recording *r)
+{
+        char err[512];
+        pid_t self = getpid();
+        if (procmatch_new(r->o->all ? NULL : r->o->match, &self, 1, &r->matcher, err, sizeof(err)) <
+            0) {
+                fprintf(stderr, "%s: %s\n", prog, err);
+                return EXIT_USAGE;
+        }
+        pthread_mutex_init(&r->match_lock, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&r->match_wake, &ca);
+        pthread_condattr_destroy(&ca);
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        int rc = pthread_create(&r->scanner, NULL, scan_processes, r);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc != 0) {
+                fprintf(stderr, "%s: cannot start the /proc scan: %s\n", prog, strerror(rc));
+                return EXIT_INTERNAL;
+        }
+        r->scanner_started = true;
+        return EXIT_OK;
+}
+
+static void stop_scanner(struct recording *r)
+{
+        if (r->scanner_started) {
+                pthread_mutex_lock(&r->match_lock);
+                r->scanner_stop = true;
+                pthread_cond_signal(&r->match_wake);
+                pthread_mutex_unlock(&r->match_lock);
+                pthread_join(r->scanner, NULL);
+                r->scanner_started = false;
+                pthread_mutex_destroy(&r->match_lock);
+                pthread_cond_destroy(&r->match_wake);
+        }
+        procmatch_free(r->matcher);
+        r->matcher = NULL;
+        free(r->match_pending);
+        r->match_pending = NULL;
+}
+
+/*
+ * --match, --all: start sampling the processes the scan found. As with
+ * --subprocesses, a process that is not Python yet (just forked, its
+ * interpreter still starting) is retried for two seconds; one that is not
+ * Python or cannot be read is skipped with one line, and the recording
+ * goes on.
+ */
+static void follow_matches(struct recording *r, int64_t now)
+{
+        pthread_mutex_lock(&r->match_lock);
+        pid_t *fresh = r->match_pending;
+        size_t n_fresh = r->n_match_pending;
+        r->match_pending = NULL;
+        r->n_match_pending = 0;
+        pthread_mutex_unlock(&r->match_lock);
+        if (n_fresh)
+                forget_gone_candidates(r);
+        for (size_t i = 0; i < n_fresh; i++) {
+                if (is_sampled(r, fresh[i]))
+                        continue;
+                struct candidate *c = candidate_get(r, fresh[i], now);
+                if (c) /* a new process, maybe under a pid seen before */
+                        *c = (struct candidate){fresh[i], now, false};
+        }
+        free(fresh);
+        for (size_t i = 0; i < r->n_candidates && r->n_samplers < MAX_PIDS; i++) {
+                struct candidate *c = &r->candidates[i];
+                if (c->gave_up)
+                        continue;
+                char err[512], cmd[256] = "";
+                struct sampler *s;
+                int rc = sampler_open(c->pid, r->o->blocking, &s, err, sizeof(err));
+                if (rc == 0) {
+                        setup_sampler(r, s);
+                        if (sampler_set_sink(s, r->k, err, sizeof(err)) < 0) {
+                                sampler_close(s);
+                                rc = -EIO;
+                        }
+                }
+                bool retry = (rc == PYFIND_NOT_READY || rc == PYFIND_NOT_PYTHON) &&
+                             now - c->first_ns <= 2000000000LL;
+                if (rc != 0 && retry)
+                        continue;
+                c->gave_up = true; /* sampled now, or skipped: never retried */
+                procfs_cmdline(c->pid, cmd, sizeof(cmd));
+                if (rc == 0) {
+                        watch_sources(r, s);
+                        r->samplers[r->n_samplers++] = s;
+                        if (!r->o->quiet)
+                                fprintf(stderr, "%s%s: recording pid %d: %s\n", r->tty ? "\n" : "",
+                                        prog, (int)c->pid, cmd);
+                } else if (!r->o->quiet) {
+                        fprintf(stderr, "%s%s: skipping pid %d (%s): %s\n", r->tty ? "\n" : "",
+                                prog, (int)c->pid, cmd, err);
+                }
+        }
+}
+
 /*
  * Whether the recording should go on with no sampler: only with
  * --subprocesses while a process given on the command line still lives
@@ -669,6 +1011,8 @@ static void follow_children(struct recording *r, int64_t now)
  */
 static bool roots_alive(struct recording *r)
 {
+        if (r->matcher)
+                return true; /* --match, --all: processes may start any time */
         if (!r->o->subprocesses)
                 return false;
         if (r->child)
@@ -730,12 +1074,90 @@ static void hold_over(struct recording *r, struct schedule *sch)
         }
 }
 
+/* The name of the file being written, for messages (the sampling thread's). */
+static const char *current_file(struct recording *r)
+{
+        return r->rot ? rotation_current(r->rot, r->current, sizeof(r->current)) : r->o->output;
+}
+
+/* Tags of queued rotations (tsink_rotate). */
+enum { ROTATE_PLAIN = 0, ROTATE_SNAPSHOT = 1 };
+
+/*
+ * On the committing thread, under the sink's lock, where the queue reaches
+ * a rotation: every sample before the cut is in the writer, none after.
+ * A new file that cannot be made is no reason to stop: the recording goes
+ * on in the current one and says so.
+ */
+static void rotate_now(void *ctx, int64_t cut_ns, uint32_t tag, uint32_t reply_pid,
+                       uint32_t reply_fd)
+{
+        struct recording *r = ctx;
+        char next[PATH_MAX], current[PATH_MAX];
+        rotation_current(r->rot, current, sizeof(current));
+        int64_t wall = pf_now_wall_ns() - (pf_now_mono_ns() - cut_ns);
+        if (rotation_name(r->rot, wall, false, next, sizeof(next)) < 0) {
+                fprintf(stderr, "%s%s: cannot name the next file after %s; going on in %s\n",
+                        r->tty ? "\n" : "", prog, r->o->output, current);
+        } else if (trace_writer_rotate(r->w, next, 0, cut_ns) < 0) {
+                fprintf(stderr, "%s%s: cannot start %s: %s; going on in %s\n", r->tty ? "\n" : "",
+                        prog, next, trace_writer_errmsg(r->w), current);
+        } else {
+                rotation_finished(r->rot);
+                rotation_set_current(r->rot, next);
+                if (!r->o->quiet && !r->tty)
+                        fprintf(stderr, "%s: now writing %s\n", prog, next);
+        }
+        atomic_store(&r->size_rotation, 0);
+        if (tag == ROTATE_SNAPSHOT)
+                rotation_snapshot(r->rot, (pid_t)reply_pid, (int)reply_fd);
+}
+
+/* --rotate SIZE, on the committing thread's passes: ask for a rotation past the size. */
+static void check_size(void *ctx, int64_t now_ns)
+{
+        (void)now_ns;
+        struct recording *r = ctx;
+        char current[PATH_MAX];
+        struct stat st;
+        if (atomic_load(&r->size_rotation) == 0 &&
+            stat(rotation_current(r->rot, current, sizeof(current)), &st) == 0 &&
+            (uint64_t)st.st_size >= r->o->rotate_bytes)
+                atomic_store(&r->size_rotation, 1);
+}
+
+/*
+ * Between two passes: queue a rotation when one is due (--rotate, SIGUSR2)
+ * or a snapshot was asked for (SIGUSR1). The cut is now, after the pass:
+ * its samples all go to the current file.
+ */
+static void maybe_rotate(struct recording *r)
+{
+        int64_t now = pf_now_mono_ns();
+        if (snapshot_requested) {
+                snapshot_requested = 0;
+                uint32_t pid = (uint32_t)snapshot_pid, fd = (uint32_t)snapshot_fd;
+                tsink_rotate(r->k, now, ROTATE_SNAPSHOT, pid, fd);
+                r->segment_start = now;
+                return;
+        }
+        int expected = 1;
+        bool by_size = atomic_compare_exchange_strong(&r->size_rotation, &expected, 2);
+        bool by_time = r->o->rotate_ns && now - r->segment_start >= r->o->rotate_ns;
+        if (rotate_requested || by_size || by_time) {
+                rotate_requested = 0;
+                tsink_rotate(r->k, now, ROTATE_PLAIN, 0, 0);
+                r->segment_start = now;
+        }
+}
+
 /* Sample until stopped. Returns 0, or an exit status for a fatal error. */
 static int record_loop(struct recording *r)
 {
         const int64_t period = (int64_t)(1e9 / r->o->rate_hz);
         const int64_t start = pf_now_mono_ns();
         const int64_t cpu_start = self_cpu_ns();
+        r->segment_start = start;
         /*
          * One sample per period, at a uniformly random instant within it
          * (schedule.h): an absolute schedule that no periodic program can
@@ -755,7 +1177,7 @@ static int record_loop(struct recording *r)
                         "keeps every CPU busy may be taken late, when it pauses; run as root or "
                         "with CAP_SYS_NICE\n",
                         prog, strerror(-prio));
-        int64_t last_status = 0, last_follow = 0;
+        int64_t last_status = 0, last_follow = 0, last_match = 0;
         char err[512];
         while (!stop_requested || r->child) {
                 if (stop_requested && r->child) {
@@ -795,6 +1217,10 @@ static int record_loop(struct recording *r)
                         follow_children(r, now);
                         last_follow = now;
                 }
+                if (r->matcher && now - last_match >= 200000000) {
+                        follow_matches(r, now);
+                        last_match = now;
+                }
                 const int64_t pass_start = now;
                 shuffle_samplers(r, &sch);
                 for (size_t i = 0; i < r->n_samplers; i++)
@@ -817,6 +1243,7 @@ static int record_loop(struct recording *r)
                 r->sampling_ns += pf_now_mono_ns() - pass_start;
                 schedule_next(&sch);
                 hold_over(r, &sch);
+                maybe_rotate(r);
                 reap_child(r);
                 if (r->child_reaped) {
                         for (size_t i = r->n_samplers; i-- > 0;)
@@ -828,7 +1255,7 @@ static int record_loop(struct recording *r)
                 /* Commits and source files are the sink's thread's work. */
                 if (tsink_failed(r->k)) {
                         fprintf(stderr, "%s%s: writing %s: %s\n", r->tty ? "\n" : "", prog,
-                                r->o->output, tsink_errmsg(r->k));
+                                current_file(r), tsink_errmsg(r->k));
                         return EXIT_OUTPUT;
                 }
                 if (r->tty && now - last_status >= 250000000) {
@@ -1027,25 +1454,82 @@ static int open_samplers(struct recording *r)
         return EXIT_OK;
 }
 
+/* Any option of continuous recording: the files are named by rotation.h from the first. */
+static bool continuous(const struct options *o)
+{
+        return o->rotate_ns || o->rotate_bytes || o->ring_ns || o->keep_ns || o->keep_bytes ||
+               o->on_rotate;
+}
+
+/*
+ * The files' names and what happens to finished ones (rotation.h). Every
+ * recording can rotate (SIGUSR2) and take snapshots (SIGUSR1); with an
+ * option of continuous recording even its first file has a rotation's name.
+ */
+static int start_rotation(struct recording *r, char *first, size_t len)
+{
+        struct options *o = r->o;
+        char err[512];
+        struct rotation_opts ro = {o->output, o->on_rotate, o->keep_ns, o->keep_bytes, o->quiet};
+        if (rotation_new(&ro, &r->rot, err, sizeof(err)) < 0) {
+                fprintf(stderr, "%s: %s\n", prog, err);
+                return EXIT_INTERNAL;
+        }
+        if (!continuous(o)) {
+                snprintf(first, len, "%s", o->output);
+        } else if (rotation_name(r->rot, pf_now_wall_ns(), false, first, len) < 0) {
+                fprintf(stderr, "%s: cannot name files after %s: the name is too long\n", prog,
+                        o->output);
+                return EXIT_OUTPUT;
+        }
+        rotation_set_current(r->rot, first);
+        return EXIT_OK;
+}
+
+/* The set the files of this recording belong to (trace_join_segments checks it). */
+static int set_segment_set(struct recording *r)
+{
+        uint64_t id;
+        if (getrandom(&id, sizeof(id), GRND_NONBLOCK) != sizeof(id))
+                id = (uint64_t)pf_now_wall_ns() ^ (uint64_t)getpid() << 40;
+        char buf[32];
+        snprintf(buf, sizeof(buf), "%016llx", (unsigned long long)id);
+        return trace_writer_set_meta(r->w, TRACE_META_SEGMENT_SET, buf);
+}
+
 /* Create the trace and the sink behind it, and give the samplers to it. */
 static int create_trace(struct recording *r)
 {
         struct options *o = r->o;
-        char err[512];
-        int rc = trace_writer_create(o->output, o->force ? TRACE_CREATE_FORCE : 0, &r->w);
+        char err[512], first[PATH_MAX];
+        int status = start_rotation(r, first, sizeof(first));
+        if (status != EXIT_OK)
+                return status;
+        int rc =
+            trace_writer_create(first, o->force && !continuous(o) ? TRACE_CREATE_FORCE : 0, &r->w);
         if (rc < 0) {
                 fprintf(stderr, "%s: %s\n", prog,
                         r->w ? trace_writer_errmsg(r->w) : "out of memory");
                 return EXIT_OUTPUT;
         }
         r->created = true;
-        if (!(r->k = tsink_new(r->w))) {
+        if (set_segment_set(r) < 0 || !(r->k = tsink_new(r->w))) {
                 fprintf(stderr, "%s: out of memory\n", prog);
                 return EXIT_INTERNAL;
         }
+        tsink_set_rotate(r->k, rotate_now, r);
+        if (o->rotate_bytes) {
+                tsink_lock(r->k);
+                rc = tsink_add_job_locked(r->k, check_size, r);
+                tsink_unlock(r->k);
+                if (rc < 0) {
+                        fprintf(stderr, "%s: out of memory\n", prog);
+                        return EXIT_INTERNAL;
+                }
+        }
         for (size_t i = 0; i < r->n_samplers; i++) {
                 if (sampler_set_sink(r->samplers[i], r->k, err, sizeof(err)) < 0) {
-                        fprintf(stderr, "%s: writing %s: %s\n", prog, o->output, err);
+                        fprintf(stderr, "%s: writing %s: %s\n", prog, current_file(r), err);
                         return EXIT_OUTPUT;
                 }
         }
@@ -1056,14 +1540,22 @@ static int create_trace(struct recording *r)
 static int prepare(struct recording *r)
 {
         struct options *o = r->o;
-        if (o->output && !o->force && access(o->output, F_OK) == 0) {
+        if (o->output && !o->force && !continuous(o) && access(o->output, F_OK) == 0) {
                 fprintf(stderr, "%s: %s exists; use --force to replace it\n", prog, o->output);
                 return EXIT_OUTPUT;
         }
         int status = o->command ? start_program(r) : EXIT_OK;
         if (status != EXIT_OK)
                 return status;
-        if (!o->output) {
+        if (!o->output && continuous(o)) {
+                if (o->n_pids)
+                        snprintf(r->output_buf, sizeof(r->output_buf), "pyflame-%d.db",
+                                 (int)o->pids[0]);
+                else
+                        snprintf(r->output_buf, sizeof(r->output_buf), "pyflame-%s.db",
+                                 o->all ? "all" : "match");
+                o->output = r->output_buf;
+        } else if (!o->output) {
                 default_output(r->output_buf, sizeof(r->output_buf), o->pids[0]);
                 o->output = r->output_buf;
         }
@@ -1079,16 +1571,21 @@ static int prepare(struct recording *r)
         }
         open_capture(r);
         status = open_samplers(r);
+        if (status == EXIT_OK && (o->match || o->all))
+                status = start_scanner(r);
         return status == EXIT_OK ? create_trace(r) : status;
 }
 
 /* Nothing was recorded: leave no file behind, and no program running. */
 static int abandon(struct recording *r, int status)
 {
+        stop_scanner(r);
         while (r->n_samplers)
                 sampler_close(r->samplers[--r->n_samplers]);
+        char path[PATH_MAX];
         if (r->created)
-                unlink(r->o->output);
+                unlink(rotation_current(r->rot, path, sizeof(path)));
+        rotation_free(r->rot);
         tsink_free(r->k);
         trace_writer_free(r->w);
         capture_close(r->capture);
@@ -1112,12 +1609,17 @@ static int record(struct recording *r)
                         watch_sources(r, r->samplers[i]);
         }
         if (set_meta(r) < 0) {
-                fprintf(stderr, "%s: writing %s: %s\n", prog, o->output, trace_writer_errmsg(r->w));
+                fprintf(stderr, "%s: writing %s: %s\n", prog, current_file(r),
+                        trace_writer_errmsg(r->w));
                 return EXIT_OUTPUT;
         }
-        if (!o->quiet && !r->child)
+        if (!o->quiet && (o->match || o->all))
+                fprintf(stderr, "%s: recording %s at %g Hz into %s%s\n", prog,
+                        o->all ? "every Python process" : "the processes matching --match",
+                        o->rate_hz, current_file(r), r->tty ? " (Ctrl-C to stop)" : "");
+        else if (!o->quiet && !r->child)
                 fprintf(stderr, "%s: recording %zu process%s at %g Hz into %s%s\n", prog,
-                        r->n_samplers, r->n_samplers == 1 ? "" : "es", o->rate_hz, o->output,
+                        r->n_samplers, r->n_samplers == 1 ? "" : "es", o->rate_hz, current_file(r),
                         r->tty ? " (Ctrl-C to stop)" : "");
         int rc = tsink_start(r->k, r->sources, 1000000000);
         if (rc < 0) {
@@ -1133,7 +1635,7 @@ static int finish_trace(struct recording *r, int status)
         struct options *o = r->o;
         /* From here on the writer is this thread's alone. */
         if (tsink_stop(r->k) < 0 && status == EXIT_OK) {
-                fprintf(stderr, "%s: writing %s: %s\n", prog, o->output, tsink_errmsg(r->k));
+                fprintf(stderr, "%s: writing %s: %s\n", prog, current_file(r), tsink_errmsg(r->k));
                 status = EXIT_OUTPUT;
         }
         int64_t end = pf_now_mono_ns();
@@ -1182,13 +1684,16 @@ static int finish_trace(struct recording *r, int status)
                 trace_writer_set_meta_int(w, TRACE_META_SOURCE_SKIPPED, (int64_t)ss.skipped);
         }
         if (trace_writer_finalize(w) < 0) {
-                fprintf(stderr, "%s: finishing %s: %s\n", prog, o->output, trace_writer_errmsg(w));
+                fprintf(stderr, "%s: finishing %s: %s\n", prog, current_file(r),
+                        trace_writer_errmsg(w));
                 if (status == EXIT_OK)
                         status = EXIT_OUTPUT;
         } else if (!o->quiet && status == EXIT_OK) {
-                fprintf(stderr, "%s: wrote %s; see it with: pyflame-report %s\n", prog, o->output,
-                        o->output);
+                fprintf(stderr, "%s: wrote %s; see it with: pyflame-report %s\n", prog,
+                        current_file(r), current_file(r));
         }
+        /* Finished too, even unfinalized (readable to its last commit): --on-rotate, --keep. */
+        rotation_finished(r->rot);
         return status;
 }
 
@@ -1227,6 +1732,72 @@ static int wait_program(struct recording *r, int status)
         return status == EXIT_OK ? wait_status_to_exit(r->child_status) : status;
 }
 
+/*
+ * --snapshot PID: ask a running recorder for a snapshot. It is sent
+ * SIGUSR1 with the number of a pipe of ours (sigqueue), and writes the
+ * snapshot's name to that pipe once the file is written (rotation.c).
+ * Only a pyflame-record is sent the signal: to another program, SIGUSR1
+ * may well be fatal.
+ */
+static int run_snapshot_client(pid_t pid)
+{
+        char comm[64] = "";
+        if (procfs_comm(pid, comm, sizeof(comm)) < 0) {
+                fprintf(stderr, "%s: no process %d\n", prog, (int)pid);
+                return EXIT_NO_PROCESS;
+        }
+        if (strncmp(comm, "pyflame-record", 14)) {
+                fprintf(stderr, "%s: process %d is %s, not pyflame-record: not asking it\n", prog,
+                        (int)pid, comm);
+                return EXIT_USAGE;
+        }
+        int fds[2];
+        if (pipe2(fds, O_CLOEXEC) < 0) {
+                fprintf(stderr, "%s: pipe: %s\n", prog, strerror(errno));
+                return EXIT_INTERNAL;
+        }
+        union sigval v = {.sival_int = fds[1]};
+        if (sigqueue(pid, SIGUSR1, v) < 0) {
+                fprintf(stderr, "%s: cannot signal process %d: %s%s\n", prog, (int)pid,
+                        strerror(errno), errno == EPERM ? " (run as its user, or as root)" : "");
+                return errno == EPERM ? EXIT_PERMISSION : EXIT_NO_PROCESS;
+        }
+        /* Joining files takes a while; wait as long as the recorder lives. */
+        char line[PATH_MAX + 600];
+        size_t len = 0;
+        while (len < sizeof(line) - 1) {
+                struct pollfd p = {fds[0], POLLIN, 0};
+                int n = poll(&p, 1, 500);
+                if (n < 0 && errno != EINTR)
+                        break;
+                if (n == 0) {
+                        if (kill(pid, 0) < 0 && errno == ESRCH)
+                                break;
+                        continue;
+                }
+                ssize_t got = read(fds[0], line + len, sizeof(line) - 1 - len);
+                if (got <= 0)
+                        break;
+                len += (size_t)got;
+                if (memchr(line, '\n', len))
+                        break;
+        }
+        line[len] = 0;
+        close(fds[0]);
+        close(fds[1]);
+        if (!memchr(line, '\n', len)) {
+                fprintf(stderr, "%s: recorder %d ended without telling the snapshot's name\n", prog,
+                        (int)pid);
+                return EXIT_INTERNAL;
+        }
+        if (!strncmp(line, "error: ", 7)) {
+                fprintf(stderr, "%s: recorder %d: %s", prog, (int)pid, line + 7);
+                return EXIT_OUTPUT;
+        }
+        fputs(line, stdout);
+        return EXIT_OK;
+}
+
 int main(int argc, char **argv)
 {
         struct options o;
@@ -1238,12 +1809,17 @@ int main(int argc, char **argv)
         prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
         if (o.dump)
                 return run_dump(&o);
+        if (o.snapshot_of)
+                return run_snapshot_client(o.snapshot_of);
 
         struct recording r = {.o = &o, .tty = isatty(STDERR_FILENO) && !o.quiet};
         int status = prepare(&r);
         if (status != EXIT_OK)
                 return abandon(&r, status);
-        status = finish_trace(&r, record(&r));
+        status = record(&r);
+        stop_scanner(&r);
+        status = finish_trace(&r, status);
+        rotation_free(r.rot); /* after the last --on-rotate command */
         tsink_free(r.k);
         trace_writer_free(r.w);
         sources_free(r.sources);

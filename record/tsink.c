@@ -38,7 +38,7 @@
 /* Time for reading source files per pass, so the lock is never held long. */
 #define SOURCES_BUDGET_NS 5000000
 
-enum { EV_SAMPLE, EV_ERROR };
+enum { EV_SAMPLE, EV_ERROR, EV_ROTATE };
 
 struct event {
         int64_t t_ns; /* sample: time; error: count */
@@ -52,6 +52,8 @@ struct tsink {
         struct trace_writer *w;
         struct sources *src;
         struct event *ring;
+        tsink_rotate_fn rotate;
+        void *rotate_ctx;
         _Atomic uint64_t head, tail;
         pthread_mutex_t lock;
         pthread_cond_t wake;
@@ -142,8 +144,16 @@ static void note_failure(struct tsink *k, int rc)
         atomic_store_explicit(&k->failed, rc, memory_order_release);
 }
 
-/* Under the lock: apply every queued event to the writer. */
-static void apply(struct tsink *k)
+/*
+ * Under the lock: apply the queued events to the writer. A rotation is
+ * done where `rotate_here` says (the committing thread; anyone when the
+ * ring is full or the thread is not running): elsewhere, applying stops
+ * at it and leaves it to the committing thread's next pass, so that a
+ * sampling thread taking the lock to intern a stack does not write a
+ * new file meanwhile. What it then does under the lock (interning, a
+ * process or thread added or ended) is carried to the next file anyway.
+ */
+static void apply(struct tsink *k, bool rotate_here)
 {
         assert(tsink_held(k));
         uint64_t tail = atomic_load_explicit(&k->tail, memory_order_relaxed);
@@ -151,12 +161,18 @@ static void apply(struct tsink *k)
         assert(head - tail <= RING_SIZE); /* the producer never overtakes */
         for (; tail != head; tail++) {
                 const struct event *e = &k->ring[tail & RING_MASK];
-                int rc;
-                if (e->kind == EV_SAMPLE)
+                int rc = 0;
+                if (e->kind == EV_SAMPLE) {
                         rc = trace_writer_add_sample(k->w, e->a, e->t_ns, e->b, e->c);
-                else
+                } else if (e->kind == EV_ERROR) {
                         rc = trace_writer_count_error(k->w, (int32_t)e->a, (int)e->b,
                                                       (uint64_t)e->t_ns);
+                } else {
+                        if (!rotate_here)
+                                break;
+                        if (k->rotate && !tsink_failed(k))
+                                k->rotate(k->rotate_ctx, e->t_ns, e->a, e->b, e->c);
+                }
                 note_failure(k, rc);
         }
         atomic_store_explicit(&k->tail, tail, memory_order_release);
@@ -169,7 +185,7 @@ void tsink_lock(struct tsink *k)
         assert(!tsink_held(k)); /* not recursive */
         pthread_mutex_lock(&k->lock);
         locks_held++;
-        apply(k);
+        apply(k, !k->started);
 }
 
 bool tsink_trylock(struct tsink *k)
@@ -178,7 +194,7 @@ bool tsink_trylock(struct tsink *k)
         if (pthread_mutex_trylock(&k->lock) != 0)
                 return false;
         locks_held++;
-        apply(k);
+        apply(k, !k->started);
         return true;
 }
 
@@ -219,7 +235,10 @@ static void push(struct tsink *k, const struct event *e)
         uint64_t head = atomic_load_explicit(&k->head, memory_order_relaxed);
         if (head - atomic_load_explicit(&k->tail, memory_order_acquire) >= RING_SIZE) {
                 atomic_fetch_add_explicit(&k->full_waits, 1, memory_order_relaxed);
-                tsink_lock(k); /* applies the ring */
+                assert(!tsink_held(k));
+                pthread_mutex_lock(&k->lock);
+                locks_held++;
+                apply(k, true); /* the whole ring, a rotation in it too */
                 tsink_unlock(k);
                 assert(head - atomic_load_explicit(&k->tail, memory_order_relaxed) == 0);
         }
@@ -241,6 +260,24 @@ void tsink_error(struct tsink *k, int32_t pid, int kind, uint64_t n)
         push(k, &e);
 }
 
+void tsink_set_rotate(struct tsink *k, tsink_rotate_fn fn, void *ctx)
+{
+        assert(!k->started);
+        k->rotate = fn;
+        k->rotate_ctx = ctx;
+}
+
+void tsink_rotate(struct tsink *k, int64_t cut_ns, uint32_t tag, uint32_t arg1, uint32_t arg2)
+{
+        assert(!stopper_holding());
+        struct event e = {cut_ns, tag, arg1, arg2, EV_ROTATE};
+        push(k, &e);
+        if (k->started) {
+                /* Wake the committing thread now rather than at its next pass. */
+                pthread_cond_signal(&k->wake);
+        }
+}
+
 static void *run(void *arg)
 {
         struct tsink *k = arg;
@@ -251,7 +288,7 @@ static void *run(void *arg)
                 int64_t until = pf_now_mono_ns() + APPLY_NS;
                 struct timespec ts = {until / 1000000000, until % 1000000000};
                 pthread_cond_timedwait(&k->wake, &k->lock, &ts);
-                apply(k);
+                apply(k, true);
                 int64_t now = pf_now_mono_ns();
                 for (size_t i = 0; i < k->n_jobs; i++)
                         k->jobs[i].fn(k->jobs[i].ctx, now);

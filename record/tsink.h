@@ -79,6 +79,22 @@ void tsink_sample(struct tsink *k, uint32_t thread_ref, int64_t t_ns, uint32_t s
 void tsink_error(struct tsink *k, int32_t pid, int kind, uint64_t n);
 
 /*
+ * Rotation. `fn(ctx, cut_ns, tag, arg1, arg2)` is called under the lock, on the
+ * committing thread once started, when the queue reaches a rotation
+ * queued by tsink_rotate(): every sample queued before it has been
+ * applied, none queued after. It is meant to call trace_writer_rotate().
+ * Set before tsink_start.
+ */
+typedef void (*tsink_rotate_fn)(void *ctx, int64_t cut_ns, uint32_t tag, uint32_t arg1,
+                                uint32_t arg2);
+void tsink_set_rotate(struct tsink *k, tsink_rotate_fn fn, void *ctx);
+/*
+ * Queue a rotation at `cut_ns` after the samples queued so far (the
+ * producer's call); tag and args are passed on to the function.
+ */
+void tsink_rotate(struct tsink *k, int64_t cut_ns, uint32_t tag, uint32_t arg1, uint32_t arg2);
+
+/*
  * Nonzero (a negative trace status) once writing the trace failed; the
  * recording should end. Cheap: one atomic load.
  */

@@ -35,6 +35,7 @@ static const struct report_command commands[] = {
     {"info", cmd_info, "summarise a recording: duration, rate, threads, errors"},
     {"diff", cmd_diff, "compare two recordings (or two windows of one); a CI gate"},
     {"merge", cmd_merge, "merge several traces into one, keeping each sample's origin"},
+    {"join", cmd_join, "join the files of one rotating recording into one trace"},
     {"annotate", cmd_annotate, "print a source file with each line's share of the samples"},
 };
 

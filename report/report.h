@@ -63,6 +63,7 @@ int cmd_report(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
+int cmd_join(int argc, char **argv);
 int cmd_annotate(int argc, char **argv);
 /* Print the help of the default `report` command (also the tool's main help). */
 void cmd_report_help(void);

@@ -94,6 +94,17 @@
 --                                text, over the size limits
 --       async           INTEGER  1: recorded with asyncio tasks (--async)
 --       task_samples    INTEGER  samples of task streams committed so far
+--       segment_set     TEXT     the recording this file is a part of, when the
+--                                recorder rotates (--rotate, --ring, SIGUSR2): the
+--                                same in every file of one recording
+--       segment         INTEGER  this file's number in it, 2.. (absent: 1); each
+--                                file starts where the one before ended (its
+--                                start_mono_ns is the previous file's
+--                                end_mono_ns) and shares its ids: every string,
+--                                frame, stack, thread and process of an earlier
+--                                file has the same id and content here
+--       segments        TEXT     in a trace joined from such files
+--                                (pyflame-report join, snapshots): "FIRST-LAST"
 --     Other keys may appear; readers ignore keys they do not know.
 --
 --   strings(id, value)          interned text (function names, file names).

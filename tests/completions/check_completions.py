@@ -158,7 +158,7 @@ def part_default(a):
                          zsh_text(zsh_report_defs, ["_pyflame_report_diff", "_pyflame_version"]),
                          version),
     }
-    for sub in ["report", "info", "diff", "merge", "annotate"]:
+    for sub in ["report", "info", "diff", "merge", "join", "annotate"]:
         commands["pyflame-report " + sub] = (
             [a.report, sub, "--help"], [f_report], "_pyflame_report", ["pyflame-report", sub],
             zsh_text(zsh_report_defs, ["_pyflame_report_" + sub]), set())
@@ -233,7 +233,7 @@ def part_default(a):
     cases = [  # (files, function, words, must offer, must not offer, exactly?)
         ([f_report], "_pyflame_report", ["pyflame-report", "--for"], {"--format"}, set(), True),
         ([f_report], "_pyflame_report", ["pyflame-report", ""],
-         {"run.db", "sub", "report", "info", "diff", "merge", "annotate"},
+         {"run.db", "sub", "report", "info", "diff", "merge", "join", "annotate"},
          {"notes.txt", "prog.py"}, True),
         ([f_report], "_pyflame_report", ["pyflame-report", "i"], {"info"}, set(), True),
         ([f_report], "_pyflame_report", ["pyflame-report", "--by-line", ""], {"run.db", "sub"},

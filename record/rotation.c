@@ -1,0 +1,395 @@
+/*
+ * rotation.c - names, --on-rotate, retention and snapshots of a rotating
+ * recording (rotation.h).
+ *
+ * The writer's committing thread finishes a file (trace_writer_rotate,
+ * under the sink's lock) and only queues it here; a thread of our own then
+ * runs the user's command for it, waits for that command (so the commands
+ * run one at a time, in the files' order, each exactly once), and applies
+ * retention, which can only ever delete a file whose command is done.
+ * Snapshots are queued on the same thread, so the files they join are
+ * never deleted under them. Nothing here runs on the sampling thread or
+ * under the sink's lock but the queueing.
+ */
+#include "rotation.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pfutil.h"
+#include "trace.h"
+
+extern char **environ;
+
+enum job_kind { JOB_FINISHED, JOB_SNAPSHOT };
+
+struct job {
+        enum job_kind kind;
+        char *path; /* JOB_FINISHED: the file */
+        pid_t reply_pid;
+        int reply_fd;
+};
+
+/* A finished file of the set, oldest first. */
+struct member {
+        char *path;
+        int64_t end_wall_ns;
+};
+
+struct rotation {
+        struct rotation_opts o;
+        char *dir, *stem, *ext; /* DIR/STEM.EXT */
+        char *on_rotate_sh;     /* the command with the path as its argument */
+        char *current;
+
+        pthread_mutex_t lock;
+        pthread_cond_t wake;
+        pthread_t thread;
+        bool stop;
+        struct job *jobs;
+        size_t n_jobs, cap_jobs;
+
+        /* The worker's alone. */
+        struct member *set;
+        size_t n_set, cap_set;
+};
+
+static const char *prog = "pyflame-record";
+
+static char *xstrndup(const char *s, size_t n)
+{
+        char *p = malloc(n + 1);
+        if (p) {
+                memcpy(p, s, n);
+                p[n] = 0;
+        }
+        return p;
+}
+
+int rotation_name(struct rotation *rot, int64_t wall_ns, bool snapshot, char *buf, size_t len)
+{
+        time_t t = (time_t)(wall_ns / 1000000000);
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        char stamp[32];
+        strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
+        for (int n = 1; n < 1000; n++) {
+                char suffix[16] = "";
+                if (n > 1)
+                        snprintf(suffix, sizeof(suffix), "-%d", n);
+                int w = snprintf(buf, len, "%s%s-%s%s%s%s", rot->dir, rot->stem,
+                                 snapshot ? "snapshot-" : "", stamp, suffix, rot->ext);
+                if (w < 0 || (size_t)w >= len)
+                        return -1;
+                if (access(buf, F_OK) < 0 && errno == ENOENT)
+                        return 0;
+        }
+        return -1;
+}
+
+static void push_job(struct rotation *rot, const struct job *j)
+{
+        pthread_mutex_lock(&rot->lock);
+        if (rot->n_jobs == rot->cap_jobs) {
+                size_t cap = rot->cap_jobs ? 2 * rot->cap_jobs : 8;
+                struct job *p = realloc(rot->jobs, cap * sizeof(*p));
+                if (!p) {
+                        pthread_mutex_unlock(&rot->lock);
+                        fprintf(stderr, "%s: out of memory: %s not passed on\n", prog,
+                                j->path ? j->path : "a snapshot");
+                        free(j->path);
+                        return;
+                }
+                rot->jobs = p;
+                rot->cap_jobs = cap;
+        }
+        rot->jobs[rot->n_jobs++] = *j;
+        pthread_cond_signal(&rot->wake);
+        pthread_mutex_unlock(&rot->lock);
+}
+
+void rotation_set_current(struct rotation *rot, const char *path)
+{
+        char *copy = strdup(path);
+        if (!copy)
+                return; /* keeps the old name: retention then counts that file's size */
+        pthread_mutex_lock(&rot->lock);
+        free(rot->current);
+        rot->current = copy;
+        pthread_mutex_unlock(&rot->lock);
+}
+
+const char *rotation_current(struct rotation *rot, char *buf, size_t len)
+{
+        pthread_mutex_lock(&rot->lock);
+        snprintf(buf, len, "%s", rot->current ? rot->current : "");
+        pthread_mutex_unlock(&rot->lock);
+        return buf;
+}
+
+void rotation_finished(struct rotation *rot)
+{
+        pthread_mutex_lock(&rot->lock);
+        char *path = rot->current ? strdup(rot->current) : NULL;
+        pthread_mutex_unlock(&rot->lock);
+        if (!path)
+                return;
+        struct job j = {JOB_FINISHED, path, 0, -1};
+        push_job(rot, &j);
+}
+
+void rotation_snapshot(struct rotation *rot, pid_t reply_pid, int reply_fd)
+{
+        struct job j = {JOB_SNAPSHOT, NULL, reply_pid, reply_fd};
+        push_job(rot, &j);
+}
+
+/* --on-rotate: `sh -c 'CMD "$1"' sh PATH`, waited for. */
+static void run_command(struct rotation *rot, const char *path)
+{
+        char *argv[] = {"/bin/sh", "-c", rot->on_rotate_sh, "sh", (char *)path, NULL};
+        pid_t pid;
+        int rc = posix_spawn(&pid, "/bin/sh", NULL, NULL, argv, environ);
+        if (rc != 0) {
+                fprintf(stderr, "%s: --on-rotate: cannot run /bin/sh: %s\n", prog, strerror(rc));
+                return;
+        }
+        int status;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+                ;
+        if (!rot->o.quiet && (!WIFEXITED(status) || WEXITSTATUS(status) != 0))
+                fprintf(stderr, "%s: --on-rotate command for %s %s %d\n", prog, path,
+                        WIFEXITED(status) ? "exited with" : "killed by signal",
+                        WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+}
+
+static int64_t file_size(const char *path)
+{
+        struct stat st;
+        return path && stat(path, &st) == 0 ? (int64_t)st.st_size : 0;
+}
+
+static void drop_oldest(struct rotation *rot, const char *why)
+{
+        struct member *m = &rot->set[0];
+        if (unlink(m->path) < 0 && errno != ENOENT)
+                fprintf(stderr, "%s: cannot remove %s (%s): %s\n", prog, m->path, why,
+                        strerror(errno));
+        free(m->path);
+        memmove(rot->set, rot->set + 1, (rot->n_set - 1) * sizeof(*rot->set));
+        rot->n_set--;
+}
+
+/* Delete the oldest finished files past --keep or over --keep-size. */
+static void retain(struct rotation *rot)
+{
+        if (rot->o.keep_ns) {
+                int64_t now = pf_now_wall_ns();
+                while (rot->n_set && rot->set[0].end_wall_ns < now - rot->o.keep_ns)
+                        drop_oldest(rot, "--keep");
+        }
+        if (rot->o.keep_bytes) {
+                pthread_mutex_lock(&rot->lock);
+                int64_t total = file_size(rot->current);
+                pthread_mutex_unlock(&rot->lock);
+                for (size_t i = 0; i < rot->n_set; i++)
+                        total += file_size(rot->set[i].path);
+                while (rot->n_set && (uint64_t)total > rot->o.keep_bytes) {
+                        total -= file_size(rot->set[0].path);
+                        drop_oldest(rot, "--keep-size");
+                }
+        }
+}
+
+/*
+ * Tell pyflame-record --snapshot the name: through the pipe it passed the
+ * number of, as its /proc entry. Only a pipe is written to; anything else
+ * that number names is left alone.
+ */
+static void reply(pid_t pid, int fd, const char *text)
+{
+        char proc[64];
+        snprintf(proc, sizeof(proc), "/proc/%d/fd/%d", (int)pid, fd);
+        struct stat st;
+        if (stat(proc, &st) < 0 || !S_ISFIFO(st.st_mode))
+                return;
+        int w = open(proc, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+        if (w < 0)
+                return;
+        if (fstat(w, &st) == 0 && S_ISFIFO(st.st_mode)) {
+                ssize_t n = write(w, text, strlen(text));
+                (void)n; /* the client goes without the name, and says so */
+        }
+        close(w);
+}
+
+static void snapshot(struct rotation *rot, const struct job *j)
+{
+        char out[PATH_MAX], msg[PATH_MAX + 600];
+        if (rot->n_set == 0) {
+                snprintf(msg, sizeof(msg), "error: no finished file to take a snapshot of\n");
+        } else if (rotation_name(rot, pf_now_wall_ns(), true, out, sizeof(out)) < 0) {
+                snprintf(msg, sizeof(msg), "error: the snapshot's name is too long\n");
+        } else {
+                const char **paths = malloc(rot->n_set * sizeof(*paths));
+                struct trace_writer *w = NULL;
+                int rc = TRACE_ERR_NOMEM;
+                if (paths) {
+                        for (size_t i = 0; i < rot->n_set; i++)
+                                paths[i] = rot->set[i].path;
+                        rc = trace_join_segments(out, 0, paths, rot->n_set, &w);
+                        free(paths);
+                }
+                if (rc == 0)
+                        snprintf(msg, sizeof(msg), "%s\n", out);
+                else
+                        snprintf(msg, sizeof(msg), "error: writing the snapshot %s: %s\n", out,
+                                 w ? trace_writer_errmsg(w) : trace_status_str(rc));
+                trace_writer_free(w);
+        }
+        if (strncmp(msg, "error: ", 7)) {
+                fputs(msg, stdout);
+                fflush(stdout);
+        } else {
+                fprintf(stderr, "%s: %s", prog, msg + 7);
+        }
+        if (j->reply_pid > 0)
+                reply(j->reply_pid, j->reply_fd, msg);
+}
+
+static void finished(struct rotation *rot, struct job *j)
+{
+        if (rot->o.on_rotate)
+                run_command(rot, j->path);
+        if (rot->n_set == rot->cap_set) {
+                size_t cap = rot->cap_set ? 2 * rot->cap_set : 16;
+                struct member *p = realloc(rot->set, cap * sizeof(*p));
+                if (!p) {
+                        free(j->path);
+                        return; /* never deleted then: retention errs on the side of keeping */
+                }
+                rot->set = p;
+                rot->cap_set = cap;
+        }
+        rot->set[rot->n_set++] = (struct member){j->path, pf_now_wall_ns()};
+        j->path = NULL;
+        retain(rot);
+}
+
+static void *run(void *arg)
+{
+        struct rotation *rot = arg;
+        pthread_mutex_lock(&rot->lock);
+        for (;;) {
+                while (!rot->n_jobs && !rot->stop)
+                        pthread_cond_wait(&rot->wake, &rot->lock);
+                if (!rot->n_jobs)
+                        break;
+                struct job j = rot->jobs[0];
+                memmove(rot->jobs, rot->jobs + 1, (rot->n_jobs - 1) * sizeof(*rot->jobs));
+                rot->n_jobs--;
+                pthread_mutex_unlock(&rot->lock);
+                if (j.kind == JOB_FINISHED)
+                        finished(rot, &j);
+                else
+                        snapshot(rot, &j);
+                free(j.path);
+                pthread_mutex_lock(&rot->lock);
+        }
+        pthread_mutex_unlock(&rot->lock);
+        return NULL;
+}
+
+static int split_output(struct rotation *rot, const char *output)
+{
+        const char *slash = strrchr(output, '/');
+        const char *base = slash ? slash + 1 : output;
+        const char *dot = strrchr(base, '.');
+        if (!dot || dot == base)
+                dot = base + strlen(base);
+        /* The directory with its slash ("" for none, "/" for the root). */
+        rot->dir = slash ? xstrndup(output, (size_t)(slash - output) + 1) : strdup("");
+        rot->stem = xstrndup(base, (size_t)(dot - base));
+        rot->ext = strdup(dot);
+        return rot->dir && rot->stem && rot->ext && *rot->stem ? 0 : -1;
+}
+
+int rotation_new(const struct rotation_opts *opts, struct rotation **out, char *err, size_t errlen)
+{
+        struct rotation *rot = calloc(1, sizeof(*rot));
+        if (!rot) {
+                snprintf(err, errlen, "out of memory");
+                return -1;
+        }
+        rot->o = *opts;
+        if (split_output(rot, opts->output) < 0) {
+                snprintf(err, errlen, "cannot name files after '%s'", opts->output);
+                goto fail;
+        }
+        if (opts->on_rotate) {
+                size_t n = strlen(opts->on_rotate) + 8;
+                rot->on_rotate_sh = malloc(n);
+                if (!rot->on_rotate_sh) {
+                        snprintf(err, errlen, "out of memory");
+                        goto fail;
+                }
+                snprintf(rot->on_rotate_sh, n, "%s \"$1\"", opts->on_rotate);
+        }
+        pthread_mutex_init(&rot->lock, NULL);
+        pthread_cond_init(&rot->wake, NULL);
+        /* Signals are the sampling thread's business. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        int rc = pthread_create(&rot->thread, NULL, run, rot);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc != 0) {
+                snprintf(err, errlen, "cannot start the rotation thread: %s", strerror(rc));
+                pthread_mutex_destroy(&rot->lock);
+                pthread_cond_destroy(&rot->wake);
+                goto fail;
+        }
+        *out = rot;
+        return 0;
+fail:
+        free(rot->dir);
+        free(rot->stem);
+        free(rot->ext);
+        free(rot->on_rotate_sh);
+        free(rot);
+        return -1;
+}
+
+void rotation_free(struct rotation *rot)
+{
+        if (!rot)
+                return;
+        pthread_mutex_lock(&rot->lock);
+        rot->stop = true;
+        pthread_cond_signal(&rot->wake);
+        pthread_mutex_unlock(&rot->lock);
+        pthread_join(rot->thread, NULL);
+        pthread_mutex_destroy(&rot->lock);
+        pthread_cond_destroy(&rot->wake);
+        for (size_t i = 0; i < rot->n_set; i++)
+                free(rot->set[i].path);
+        free(rot->set);
+        free(rot->jobs);
+        free(rot->current);
+        free(rot->dir);
+        free(rot->stem);
+        free(rot->ext);
+        free(rot->on_rotate_sh);
+        free(rot);
+}

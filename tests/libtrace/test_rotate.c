@@ -1,0 +1,270 @@
+/*
+ * test_rotate.c - trace_writer_rotate() and trace_join_segments(): every
+ * file of a rotation is a complete trace on its own (frames, stacks,
+ * threads with their names, processes, sources, meta), the samples of the
+ * files add up to those written, each exactly once, with the cut between
+ * them; the joined trace is the one recording again, on one time line; a
+ * rotation to a path that exists leaves the writer writing where it was;
+ * and files that do not follow each other are not joined.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "pfutil.h"
+#include "testutil.h"
+#include "trace.h"
+#include "trace_internal.h"
+
+#define PER_FILE 1000 /* samples per thread and file */
+#define STEP_NS  1000 /* between two samples of a thread */
+
+struct fixture {
+        char *dir;
+        char *file[3];
+        char *joined;
+        int64_t cut[2];
+        int64_t origin;
+        uint32_t stack[3];
+};
+
+static struct trace_reader *open_or_fail(const char *path)
+{
+        struct trace_reader *r = NULL;
+        if (trace_reader_open(path, &r) != 0)
+                fail_msg("open %s: %s", path, trace_reader_errmsg(r));
+        return r;
+}
+
+static int setup(void **state)
+{
+        struct fixture *f = calloc(1, sizeof(*f));
+        f->dir = tu_mkdtemp();
+        for (int i = 0; i < 3; i++) {
+                char name[32];
+                snprintf(name, sizeof(name), "seg%d.db", i);
+                f->file[i] = tu_path(f->dir, name);
+        }
+        f->joined = tu_path(f->dir, "joined.db");
+
+        struct trace_writer *w = NULL;
+        tu_must(w, trace_writer_create(f->file[0], 0, &w), "create");
+        f->origin = trace_writer_origin_ns(w);
+        tu_must(w, trace_writer_set_meta(w, TRACE_META_SEGMENT_SET, "set-1"), "meta");
+        tu_must(w, trace_writer_set_meta(w, TRACE_META_RATE_HZ, "100"), "meta");
+        struct trace_process_desc p = {.pid = 42, .cmdline = "python app.py"};
+        tu_must(w, trace_writer_add_process(w, &p), "process");
+        uint32_t thread[2];
+        for (int i = 0; i < 2; i++) {
+                struct trace_thread_desc t = {.pid = 42, .tid = 42 + i, .name = "worker"};
+                tu_must(w, trace_writer_add_thread(w, &t, &thread[i]), "thread");
+        }
+        const char *fn[] = {"main", "work", "idle"};
+        uint32_t parent = TRACE_STACK_EMPTY;
+        for (int i = 0; i < 3; i++) {
+                struct trace_frame_desc fd = {fn[i], NULL, "app.py", 10 + i, 1, TRACE_FRAME_PYTHON};
+                uint32_t frame;
+                tu_must(w, trace_writer_intern_frame(w, &fd, &frame), "frame");
+                tu_must(w, trace_writer_intern_stack(w, parent, frame, &f->stack[i]), "stack");
+                parent = f->stack[i];
+        }
+        tu_must(w, trace_writer_add_source(w, "app.py", "def main():\n    work()\n", 23, -1),
+                "source");
+        /* Three stretches of samples, a rotation between them. */
+        int64_t t = f->origin;
+        for (int file = 0; file < 3; file++) {
+                for (int k = 0; k < PER_FILE; k++) {
+                        t += STEP_NS;
+                        for (int i = 0; i < 2; i++)
+                                tu_must(w,
+                                        trace_writer_add_sample(w, thread[i], t,
+                                                                f->stack[(k + i + file) % 3], 1),
+                                        "sample");
+                }
+                tu_must(w, trace_writer_count_error(w, 42, TRACE_ERROR_TORN, 1), "error");
+                if (file == 2)
+                        break;
+                /* Wait until the cut is in the past, as the recorder's always is. */
+                int64_t cut = t + STEP_NS / 2;
+                while (pf_now_mono_ns() < cut)
+                        ;
+                f->cut[file] = cut;
+                tu_must(w, trace_writer_rotate(w, f->file[file + 1], 0, cut), "rotate");
+        }
+        tu_must(w, trace_writer_finalize(w), "finalize");
+        trace_writer_free(w);
+        *state = f;
+        return 0;
+}
+
+static int teardown(void **state)
+{
+        struct fixture *f = *state;
+        for (int i = 0; i < 3; i++)
+                free(f->file[i]);
+        free(f->joined);
+        tu_rmdir(f->dir);
+        free(f);
+        return 0;
+}
+
+static int64_t meta_int(struct trace_reader *r, const char *key)
+{
+        const char *v = trace_reader_meta(r, key);
+        assert_non_null(v);
+        return strtoll(v, NULL, 10);
+}
+
+/* Each file on its own: complete, its own samples only, times from its own start. */
+static void test_each_file_complete(void **state)
+{
+        struct fixture *f = *state;
+        for (int file = 0; file < 3; file++) {
+                struct trace_reader *r = open_or_fail(f->file[file]);
+                struct trace_summary s;
+                assert_int_equal(trace_reader_summary(r, &s), 0);
+                assert_true(s.finalized);
+                assert_int_equal(s.samples, 2 * PER_FILE);
+                assert_int_equal(s.errors[TRACE_ERROR_TORN], 1);
+                assert_int_equal(s.frames, 3);
+                assert_int_equal(s.stacks, 4);
+                assert_int_equal(s.threads, 2);
+                assert_int_equal(s.processes, 1);
+                assert_string_equal(trace_reader_meta(r, TRACE_META_RATE_HZ), "100");
+                assert_string_equal(trace_reader_meta(r, TRACE_META_SEGMENT_SET), "set-1");
+                if (file)
+                        assert_int_equal(meta_int(r, TRACE_META_SEGMENT), file + 1);
+                int64_t start = file ? f->cut[file - 1] : f->origin;
+                assert_int_equal(meta_int(r, TRACE_META_START_MONO_NS), start);
+                if (file < 2) {
+                        assert_int_equal(meta_int(r, TRACE_META_END_MONO_NS), f->cut[file]);
+                        assert_int_equal(meta_int(r, TRACE_META_DURATION_NS), f->cut[file] - start);
+                }
+                for (uint32_t i = 0; i < 2; i++) {
+                        struct trace_thread th;
+                        assert_int_equal(trace_reader_thread_at(r, i, &th), 0);
+                        assert_string_equal(th.name, "worker");
+                        assert_int_equal(th.samples, PER_FILE);
+                        /* The first sample of a file is the one after the cut: one step on. */
+                        int64_t first_abs = f->origin + ((int64_t)file * PER_FILE + 1) * STEP_NS;
+                        assert_int_equal(th.first_ns, first_abs - start);
+                        assert_int_equal(th.last_ns, first_abs - start + (PER_FILE - 1) * STEP_NS);
+                }
+                char *text = NULL;
+                size_t len = 0;
+                assert_int_equal(trace_reader_source(r, "app.py", &text, &len), 1);
+                assert_int_equal(len, 23);
+                free(text);
+                uint64_t *counts = NULL, total = 0;
+                assert_int_equal(trace_reader_count_by_stack(r, NULL, &counts, &total), 0);
+                assert_int_equal(total, 2 * PER_FILE);
+                free(counts);
+                trace_reader_close(r);
+        }
+}
+
+static int add_time(void *ctx, const struct trace_sample *s)
+{
+        int64_t *t = ctx;
+        /* Samples of one thread come in time order; thread 1's are checked. */
+        if (s->thread != 1)
+                return 0;
+        if (t[1] != INT64_MIN && s->t_ns != t[1] + STEP_NS)
+                return 1;
+        t[1] = s->t_ns;
+        t[0]++;
+        return 0;
+}
+
+/* The joined trace: the one recording, on one time line, every sample once. */
+static void test_join(void **state)
+{
+        struct fixture *f = *state;
+        const char *paths[] = {f->file[0], f->file[1], f->file[2]};
+        struct trace_writer *w = NULL;
+        if (trace_join_segments(f->joined, 0, paths, 3, &w) != 0)
+                fail_msg("join: %s", trace_writer_errmsg(w));
+        trace_writer_free(w);
+        struct trace_reader *r = open_or_fail(f->joined);
+        struct trace_summary s;
+        assert_int_equal(trace_reader_summary(r, &s), 0);
+        assert_int_equal(s.samples, 3 * 2 * PER_FILE);
+        assert_int_equal(s.errors[TRACE_ERROR_TORN], 3);
+        assert_int_equal(s.threads, 2);
+        assert_int_equal(meta_int(r, TRACE_META_START_MONO_NS), f->origin);
+        struct trace_thread th;
+        assert_int_equal(trace_reader_thread_at(r, 0, &th), 0);
+        assert_int_equal(th.samples, 3 * PER_FILE);
+        assert_int_equal(th.first_ns, STEP_NS);
+        assert_int_equal(th.last_ns, 3 * PER_FILE * STEP_NS);
+        /* Thread 1's samples: one every step, none missing, none twice. */
+        int64_t seen[2] = {0, INT64_MIN};
+        assert_int_equal(trace_reader_foreach_sample(r, NULL, add_time, seen), 0);
+        assert_int_equal(seen[0], 3 * PER_FILE);
+        uint64_t *counts = NULL, total = 0;
+        assert_int_equal(trace_reader_count_by_stack(r, NULL, &counts, &total), 0);
+        assert_int_equal(total, 3 * 2 * PER_FILE);
+        free(counts);
+        char *text = NULL;
+        size_t len = 0;
+        assert_int_equal(trace_reader_source(r, "app.py", &text, &len), 1);
+        free(text);
+        trace_reader_close(r);
+}
+
+/* A file missing in the middle is a gap: refused, and no output is left. */
+static void test_join_refuses_gap(void **state)
+{
+        struct fixture *f = *state;
+        const char *paths[] = {f->file[0], f->file[2]};
+        struct trace_writer *w = NULL;
+        assert_int_equal(trace_join_segments(f->joined, TRACE_CREATE_FORCE, paths, 2, &w),
+                         TRACE_ERR_ARG);
+        assert_non_null(strstr(trace_writer_errmsg(w), "does not follow"));
+        trace_writer_free(w);
+        assert_int_equal(access(f->joined, F_OK), -1);
+}
+
+/* A rotation that cannot make its file changes nothing: the writer goes on. */
+static void test_rotate_to_existing_file(void **state)
+{
+        struct fixture *f = *state;
+        char *path = tu_path(f->dir, "busy.db");
+        struct trace_writer *w = NULL;
+        tu_must(w, trace_writer_create(path, 0, &w), "create");
+        struct trace_process_desc p = {.pid = 7};
+        tu_must(w, trace_writer_add_process(w, &p), "process");
+        uint32_t th;
+        struct trace_thread_desc t = {.pid = 7, .tid = 7};
+        tu_must(w, trace_writer_add_thread(w, &t, &th), "thread");
+        int64_t now = pf_now_mono_ns();
+        tu_must(w, trace_writer_add_sample(w, th, now, TRACE_STACK_EMPTY, 0), "sample");
+        assert_int_equal(trace_writer_rotate(w, f->file[0], 0, pf_now_mono_ns()), TRACE_ERR_EXISTS);
+        tu_must(w, trace_writer_add_sample(w, th, now + 1, TRACE_STACK_EMPTY, 0), "sample");
+        tu_must(w, trace_writer_finalize(w), "finalize");
+        trace_writer_free(w);
+        struct trace_reader *r = open_or_fail(path);
+        struct trace_summary s;
+        assert_int_equal(trace_reader_summary(r, &s), 0);
+        assert_int_equal(s.samples, 2);
+        trace_reader_close(r);
+        free(path);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_each_file_complete),
+            cmocka_unit_test(test_join),
+            cmocka_unit_test(test_join_refuses_gap),
+            cmocka_unit_test(test_rotate_to_existing_file),
+        };
+        return cmocka_run_group_tests(tests, setup, teardown);
+}

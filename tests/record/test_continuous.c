@@ -1,0 +1,186 @@
+/*
+ * test_continuous.c - the parts of continuous recording that need no
+ * interpreter: the names of a rotation's files (rotation_name), --on-rotate
+ * run once per file in order, retention by size deleting the oldest files
+ * only, and the /proc scan of --match (a process told once, a new process
+ * under the same expression told again, a bad expression refused).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "procmatch.h"
+#include "rotation.h"
+
+static char dir[] = "/tmp/pyflame-continuous-XXXXXX";
+
+static void write_bytes(const char *path, size_t n)
+{
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        for (size_t i = 0; i < n; i++)
+                fputc('x', f);
+        fclose(f);
+}
+
+static void test_names(void **state)
+{
+        (void)state;
+        char out[512], buf[600], err[256];
+        snprintf(out, sizeof(out), "%s/run.db", dir);
+        struct rotation_opts o = {.output = out, .quiet = true};
+        struct rotation *rot;
+        assert_int_equal(rotation_new(&o, &rot, err, sizeof(err)), 0);
+        /* 2026-12-02 13:15:00 UTC */
+        int64_t t = 1796217300LL * 1000000000LL;
+        assert_int_equal(rotation_name(rot, t, false, buf, sizeof(buf)), 0);
+        snprintf(out, sizeof(out), "%s/run-20261202T131500Z.db", dir);
+        assert_string_equal(buf, out);
+        write_bytes(buf, 1);
+        /* A second file in the same second. */
+        assert_int_equal(rotation_name(rot, t, false, buf, sizeof(buf)), 0);
+        snprintf(out, sizeof(out), "%s/run-20261202T131500Z-2.db", dir);
+        assert_string_equal(buf, out);
+        assert_int_equal(rotation_name(rot, t, true, buf, sizeof(buf)), 0);
+        snprintf(out, sizeof(out), "%s/run-snapshot-20261202T131500Z.db", dir);
+        assert_string_equal(buf, out);
+        assert_int_equal(rotation_name(rot, t, false, buf, 10), -1);
+        rotation_free(rot);
+
+        /* No directory, no extension. */
+        struct rotation_opts bare = {.output = "trace", .quiet = true};
+        assert_int_equal(rotation_new(&bare, &rot, err, sizeof(err)), 0);
+        assert_int_equal(rotation_name(rot, t, false, buf, sizeof(buf)), 0);
+        assert_string_equal(buf, "trace-20261202T131500Z");
+        rotation_free(rot);
+}
+
+/* Files f0..f3 finished in turn, f4 current; 1000 bytes each; keep 2500. */
+static void test_on_rotate_and_keep_size(void **state)
+{
+        (void)state;
+        char out[512], log[512], cmd[600], err[256], f[5][512], decoy[512];
+        snprintf(out, sizeof(out), "%s/keep.db", dir);
+        snprintf(log, sizeof(log), "%s/on-rotate.log", dir);
+        snprintf(cmd, sizeof(cmd), "echo >>%s", log);
+        snprintf(decoy, sizeof(decoy), "%s/keep-20000101T000000Z.db", dir);
+        write_bytes(decoy, 5000);
+        struct rotation_opts o = {
+            .output = out, .on_rotate = cmd, .keep_bytes = 2500, .quiet = true};
+        struct rotation *rot;
+        assert_int_equal(rotation_new(&o, &rot, err, sizeof(err)), 0);
+        for (int i = 0; i < 5; i++) {
+                snprintf(f[i], sizeof(f[i]), "%s/keep-%d.db", dir, i);
+                write_bytes(f[i], 1000);
+                if (i)
+                        rotation_finished(rot);
+                rotation_set_current(rot, f[i]);
+        }
+        rotation_free(rot); /* waits for the commands and retention */
+        /* Once per finished file, in order. */
+        FILE *l = fopen(log, "r");
+        assert_non_null(l);
+        char line[600];
+        for (int i = 0; i < 4; i++) {
+                assert_non_null(fgets(line, sizeof(line), l));
+                line[strcspn(line, "\n")] = 0;
+                assert_string_equal(line, f[i]);
+        }
+        assert_null(fgets(line, sizeof(line), l));
+        fclose(l);
+        /* The oldest went; the newest and the one being written stayed; the decoy too. */
+        assert_int_equal(access(f[0], F_OK), -1);
+        assert_int_equal(access(f[1], F_OK), -1);
+        assert_int_equal(access(f[2], F_OK), -1);
+        assert_int_equal(access(f[3], F_OK), 0);
+        assert_int_equal(access(f[4], F_OK), 0);
+        assert_int_equal(access(decoy, F_OK), 0);
+}
+
+static pid_t start_tagged(const char *tag)
+{
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                execl("/bin/sh", "sh", "-c", "sleep 30", tag, (char *)NULL);
+                _exit(127);
+        }
+        /* Until its command line is the shell's. */
+        for (int i = 0; i < 1000; i++) {
+                char path[64], buf[256] = "";
+                snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+                FILE *f = fopen(path, "r");
+                size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+                if (f)
+                        fclose(f);
+                if (n > 2 && !strcmp(buf, "sh"))
+                        break;
+                usleep(1000);
+        }
+        return pid;
+}
+
+static void stop(pid_t pid)
+{
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+}
+
+static void test_match_scan(void **state)
+{
+        (void)state;
+        char tag[64], err[256];
+        snprintf(tag, sizeof(tag), "pyflame-procmatch-%d", (int)getpid());
+        struct procmatch *m;
+        pid_t self = getpid();
+        assert_int_equal(procmatch_new(tag, &self, 1, &m, err, sizeof(err)), 0);
+        pid_t a = start_tagged(tag);
+        pid_t *got = NULL;
+        int n = procmatch_scan(m, &got);
+        assert_int_equal(n, 1);
+        assert_int_equal(got[0], a);
+        free(got);
+        /* Told once. */
+        n = procmatch_scan(m, &got);
+        assert_int_equal(n, 0);
+        free(got);
+        /* A new process is new, whatever the pid. */
+        stop(a);
+        pid_t b = start_tagged(tag);
+        n = procmatch_scan(m, &got);
+        assert_int_equal(n, 1);
+        assert_int_equal(got[0], b);
+        free(got);
+        stop(b);
+        procmatch_free(m);
+
+        assert_int_equal(procmatch_new("([", NULL, 0, &m, err, sizeof(err)), -1);
+        assert_non_null(strstr(err, "invalid --match"));
+}
+
+int main(void)
+{
+        if (!mkdtemp(dir))
+                return 1;
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_names),
+            cmocka_unit_test(test_on_rotate_and_keep_size),
+            cmocka_unit_test(test_match_scan),
+        };
+        int rc = cmocka_run_group_tests(tests, NULL, NULL);
+        char cmd[600];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+        if (system(cmd) != 0)
+                rc = rc ? rc : 1;
+        return rc;
+}
