@@ -318,6 +318,7 @@ void folded_free(struct folded_set *fs);
 enum hot_key {
         HOT_BY_LINE,     /* identity (file, line) */
         HOT_BY_FUNCTION, /* identity (function, file, first_line) */
+        HOT_BY_FILE,     /* identity (file): a module's samples together (the live view) */
 };
 
 /* One row of a hotspot table. */
