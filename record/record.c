@@ -5,6 +5,7 @@
  *   pyflame-record -p PID[,PID...] [-o run.db]     attach to running processes
  *   pyflame-record [-o run.db] -- COMMAND [ARGS]   start a program and record it
  *   pyflame-record --dump -p PID                   print every thread's stack once
+ *   pyflame-record --live ...  (or pyflame-top ...)  the same, watched in a live view
  *
  * The main loop takes one sample per period at a uniformly random instant
  * within it (schedule.h): the rate does not drift, and no periodic program
@@ -16,6 +17,13 @@
  * The text of the source files of sampled frames is stored too (sources.h),
  * read once a second within a small time budget and at the end, never
  * inside a sampling pass.
+ *
+ * --live (and pyflame-top, this file built with RECORD_TOP) shows the
+ * live view of report/top.h while recording, on a thread of its own that
+ * reads the trace back through a read-only reader after each commit: the
+ * sampling loop neither waits for it nor hands it anything. Quitting the
+ * view is Ctrl-C: the trace is finished the same way. While the screen is
+ * up, our own messages are held back and printed when it closes.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -35,6 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <fcntl.h>
+#include <pthread.h>
 
 #include "capture.h"
 #include "pfutil.h"
@@ -45,8 +54,9 @@
 #include "schedule.h"
 #include "sources.h"
 #include "stopper.h"
-#include "tsink.h"
+#include "top.h"
 #include "trace.h"
+#include "tsink.h"
 
 /* Exit statuses (documented in the man page and README). */
 enum {
@@ -80,13 +90,22 @@ struct options {
         bool no_switch_events; /* thread states from /proc only */
         bool no_bpf;           /* never read a running thread in its own context */
         uint64_t max_source_bytes;
-        char **command; /* spawn mode: argv of the program */
+        char **command;      /* spawn mode: argv of the program */
+        bool live;           /* show the live view while recording */
+        int64_t interval_ns; /* --live without a terminal: snapshot period */
 };
+
+/* The live view's quit: SIGINT queued to the main thread with this value (live_quit). */
+#define LIVE_QUIT_SIGNAL_VALUE 0x7079
 
 static volatile sig_atomic_t stop_requested;
 static volatile sig_atomic_t forward_signal; /* spawn mode: a signal to pass on */
 
+#ifdef RECORD_TOP
+static const char *prog = "pyflame-top";
+#else
 static const char *prog = "pyflame-record";
+#endif
 
 static void usage(FILE *f)
 {
@@ -116,13 +135,18 @@ static void usage(FILE *f)
                 "      --max-source-bytes N\n"
                 "                         store at most N bytes of source text (default 64M,\n"
                 "                         e.g. 16M, 512k); a file over 1M is never stored\n"
+                "      --live             watch the recording in a live view like top (q stops\n"
+                "                         it, as Ctrl-C does; ? lists the keys); without a\n"
+                "                         terminal, a text snapshot every --interval\n"
+                "      --interval SECS    --live: refresh and snapshot period (default 1)\n"
                 "      --dump             print every thread's stack once and exit\n"
                 "  -q, --quiet            no status line or summary\n"
                 "  -h, --help             this help\n"
                 "  -V, --version          print the version, the trace format's and the\n"
                 "                         CPython versions it reads\n"
                 "\n"
-                "Then read the trace with pyflame-report FILE.\n",
+                "Then read the trace with pyflame-report FILE, or replay it with\n"
+                "pyflame-report top FILE.\n",
                 prog, prog);
 }
 
@@ -156,7 +180,9 @@ static int parse_args(int argc, char **argv, struct options *o)
                 OPT_NO_SOURCE,
                 OPT_MAX_SOURCE,
                 OPT_NO_SWITCH_EVENTS,
-                OPT_NO_BPF
+                OPT_NO_BPF,
+                OPT_LIVE,
+                OPT_INTERVAL
         };
         static const struct option longopts[] = {
             {"pid", required_argument, NULL, 'p'},
@@ -171,6 +197,8 @@ static int parse_args(int argc, char **argv, struct options *o)
             {"no-source", no_argument, NULL, OPT_NO_SOURCE},
             {"no-switch-events", no_argument, NULL, OPT_NO_SWITCH_EVENTS},
             {"no-bpf", no_argument, NULL, OPT_NO_BPF},
+            {"live", no_argument, NULL, OPT_LIVE},
+            {"interval", required_argument, NULL, OPT_INTERVAL},
             {"max-source-bytes", required_argument, NULL, OPT_MAX_SOURCE},
             {"quiet", no_argument, NULL, 'q'},
             {"help", no_argument, NULL, 'h'},
@@ -234,6 +262,19 @@ static int parse_args(int argc, char **argv, struct options *o)
                 case OPT_NO_BPF:
                         o->no_bpf = true;
                         break;
+                case OPT_LIVE:
+                        o->live = true;
+                        break;
+                case OPT_INTERVAL:
+                        if (pf_parse_duration(optarg, &o->interval_ns, NULL) < 0 ||
+                            o->interval_ns < 10000000) {
+                                fprintf(stderr,
+                                        "%s: invalid interval '%s' (at least 0.01 s, e.g. 2, "
+                                        "500ms)\n",
+                                        prog, optarg);
+                                return -1;
+                        }
+                        break;
                 case OPT_MAX_SOURCE:
                         if (pf_parse_size(optarg, &o->max_source_bytes) < 0) {
                                 fprintf(stderr,
@@ -250,7 +291,7 @@ static int parse_args(int argc, char **argv, struct options *o)
                         usage(stdout);
                         exit(EXIT_OK);
                 case 'V':
-                        pf_print_version(stdout, "pyflame-record", TRACE_FORMAT_VERSION);
+                        pf_print_version(stdout, prog, TRACE_FORMAT_VERSION);
                         exit(EXIT_OK);
                 default:
                         fprintf(stderr, "Try '%s --help'.\n", prog);
@@ -264,6 +305,10 @@ static int parse_args(int argc, char **argv, struct options *o)
                         "%s: give either -p PID or -- COMMAND (not both, not neither)\n"
                         "Try '%s --help'.\n",
                         prog, prog);
+                return -1;
+        }
+        if (o->dump && o->live) {
+                fprintf(stderr, "%s: --dump prints stacks once; it has no live view\n", prog);
                 return -1;
         }
         if (o->dump && o->command) {
@@ -300,7 +345,10 @@ static void on_signal(int sig, siginfo_t *si, void *uc)
          * SIGTERM and SIGHUP sent to us by a process (a supervisor, timeout)
          * are passed on; a terminal's hangup (SI_KERNEL) reached it directly.
          */
-        if (sig == SIGINT || (si && si->si_code == SI_KERNEL))
+        if (sig == SIGINT && si && si->si_code == SI_QUEUE &&
+            si->si_value.sival_int == LIVE_QUIT_SIGNAL_VALUE)
+                forward_signal = SIGINT; /* q in the live view: Ctrl-C, which the program missed */
+        else if (sig == SIGINT || (si && si->si_code == SI_KERNEL))
                 forward_signal = 0;
         else
                 forward_signal = sig;
@@ -398,6 +446,15 @@ struct recording {
         struct capture *capture;     /* in-context reads (capture.h), NULL when off */
         char capture_off[600];       /* why it is off */
         char priority[64];           /* the sampling thread's scheduling (sampling_priority) */
+        struct live {                /* --live: the view's thread (live_start) */
+                pthread_t thread, main_thread;
+                bool started;
+                atomic_int stop;
+                int64_t cpu_ns;   /* the view's CPU time, not the recording's cost */
+                int saved_stderr; /* while the screen is up, -1 otherwise */
+                FILE *held;       /* our messages meanwhile */
+                struct top_ui_opts opts;
+        } live;
         /* --subprocesses: descendants that are not (yet) Python. */
         struct candidate {
                 pid_t pid;
@@ -1000,6 +1057,99 @@ static int abandon(struct recording *r, int status)
         return status;
 }
 
+/* ---- the live view ------------------------------------------------------ */
+
+/* q in the view: stop as Ctrl-C does, the spawned program included. */
+static void live_quit(void *ctx)
+{
+        struct live *l = ctx;
+        pthread_sigqueue(l->main_thread, SIGINT,
+                         (union sigval){.sival_int = LIVE_QUIT_SIGNAL_VALUE});
+}
+
+static void *live_main(void *arg)
+{
+        struct live *l = arg;
+        top_ui_run(&l->opts);
+        struct timespec ts;
+        if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0)
+                l->cpu_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+        return NULL;
+}
+
+/*
+ * Start the view on its own thread, reading the trace being written. The
+ * signals that stop us stay the main thread's, whose sleep they must end.
+ * Returns 0 or a negative errno.
+ */
+static int live_start(struct recording *r)
+{
+        struct live *l = &r->live;
+        const struct options *o = r->o;
+        bool screen = isatty(STDOUT_FILENO);
+        l->saved_stderr = -1;
+        l->main_thread = pthread_self();
+        atomic_init(&l->stop, 0);
+        l->opts = (struct top_ui_opts){
+            .path = o->output,
+            .title = prog,
+            .live = true,
+            .window_ns = 10000000000LL,
+            .at_ns = -1,
+            .interval_ns = o->interval_ns ? o->interval_ns : 1000000000LL,
+            .stop = &l->stop,
+            .on_quit = live_quit,
+            .ctx = l,
+            .plain = !screen,
+            .repaint = screen && o->command,
+        };
+        if (screen) {
+                /* Messages would scribble over the screen: hold them until it closes. */
+                r->tty = false;
+                fflush(stderr);
+                l->held = tmpfile();
+                l->saved_stderr = l->held ? dup(STDERR_FILENO) : -1;
+                if (l->saved_stderr >= 0)
+                        dup2(fileno(l->held), STDERR_FILENO);
+        }
+        sigset_t block, old;
+        sigemptyset(&block);
+        sigaddset(&block, SIGINT);
+        sigaddset(&block, SIGTERM);
+        sigaddset(&block, SIGHUP);
+        pthread_sigmask(SIG_BLOCK, &block, &old);
+        int rc = pthread_create(&l->thread, NULL, live_main, l);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        l->started = rc == 0;
+        return -rc;
+}
+
+/* Close the view (the recording is over) and print what was held back. */
+static void live_stop(struct recording *r)
+{
+        struct live *l = &r->live;
+        if (l->started) {
+                atomic_store(&l->stop, 1);
+                pthread_join(l->thread, NULL);
+                l->started = false;
+                r->loop_cpu_ns -= l->cpu_ns;
+        }
+        if (l->saved_stderr >= 0) {
+                fflush(stderr);
+                dup2(l->saved_stderr, STDERR_FILENO);
+                close(l->saved_stderr);
+                l->saved_stderr = -1;
+                rewind(l->held);
+                char buf[4096];
+                size_t n;
+                while ((n = fread(buf, 1, sizeof(buf), l->held)) > 0)
+                        fwrite(buf, 1, n, stderr);
+        }
+        if (l->held)
+                fclose(l->held);
+        l->held = NULL;
+}
+
 /* Source files, the meta known at the start, the committing thread, then sampling. */
 static int record(struct recording *r)
 {
@@ -1025,7 +1175,13 @@ static int record(struct recording *r)
                 fprintf(stderr, "%s: cannot start the writing thread: %s\n", prog, strerror(-rc));
                 return EXIT_INTERNAL;
         }
-        return record_loop(r);
+        if (o->live && (rc = live_start(r)) < 0) {
+                fprintf(stderr, "%s: cannot start the live view: %s\n", prog, strerror(-rc));
+                return EXIT_INTERNAL;
+        }
+        int status = record_loop(r);
+        live_stop(r);
+        return status;
 }
 
 /* Stop the committing thread, write the end-of-recording meta and finalize. */
@@ -1116,6 +1272,9 @@ int main(int argc, char **argv)
 {
         struct options o;
         memset(&o, 0, sizeof(o));
+#ifdef RECORD_TOP
+        o.live = true;
+#endif
         if (parse_args(argc, argv, &o) < 0)
                 return EXIT_USAGE;
         install_signals();

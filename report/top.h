@@ -60,10 +60,10 @@ struct top_query {
 };
 
 struct top_header {
-        int64_t from_ns, to_ns; /* the window, clipped to the recording */
-        int64_t end_ns;         /* the recording's end so far (last sample + 1 if later) */
-        bool finalized;         /* the recorder finished the trace */
-        const char *target; /* command line of the (first) target, or pids; owned by the reader */
+        int64_t from_ns, to_ns;     /* the window, clipped to the recording */
+        int64_t end_ns;             /* the recording's end so far (last sample + 1 if later) */
+        bool finalized;             /* the recorder finished the trace */
+        char target[256];           /* "pid N: command line" of the target */
         const char *python_version; /* or NULL; owned by the reader */
         uint32_t threads;           /* threads of the selection with samples in the window */
         uint64_t samples;           /* samples in the window that pass the whole filter */
@@ -134,6 +134,8 @@ struct top_ui_opts {
         /* Called once when the user quits (q) in a live view; may be NULL. */
         void (*on_quit)(void *ctx);
         void *ctx;
+        /* Repaint the whole screen at each refresh (another program writes to the terminal). */
+        bool repaint;
         /* Without a terminal: print snapshots (every interval) instead of the screen. */
         bool plain;
         /* Plain mode: rows per snapshot. */

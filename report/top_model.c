@@ -47,14 +47,27 @@ static int window_visit(void *ctx, const struct trace_sample *s)
         return 0;
 }
 
-/* The target as the header names it: the command line, else the pids. */
-static const char *target_of(const struct trace_reader *r)
+/*
+ * The target as the header names it: the command line the recorder stored,
+ * else the first process's, else the pids. Written to buf; returns buf.
+ */
+static const char *target_of(const struct trace_reader *r, char *buf, size_t len)
 {
         const char *cmd = trace_reader_meta(r, TRACE_META_CMDLINE);
-        if (cmd && *cmd)
-                return cmd;
+        struct trace_process p;
+        if ((!cmd || !*cmd) && trace_reader_process_count(r) &&
+            trace_reader_process_at(r, 0, &p) == 0 && p.cmdline && *p.cmdline)
+                cmd = p.cmdline;
         const char *pids = trace_reader_meta(r, TRACE_META_PIDS);
-        return pids ? pids : "";
+        if (cmd && *cmd)
+                snprintf(buf, len, "%s%s%s", pids && *pids ? "pid " : "", pids ? pids : "",
+                         pids && *pids ? ": " : "");
+        else
+                snprintf(buf, len, "pid %s", pids ? pids : "?");
+        size_t n = strlen(buf);
+        if (cmd && n < len)
+                snprintf(buf + n, len - n, "%s", cmd);
+        return buf;
 }
 
 int64_t top_end_ns(struct trace_reader *r)
@@ -144,13 +157,13 @@ int top_view_build(struct trace_reader *r, const struct top_query *q, struct top
                 return rc;
         struct top_header h = {
             .finalized = sum.finalized,
-            .target = target_of(r),
             .python_version = trace_reader_meta(r, TRACE_META_PYTHON_VERSION),
             .rate_hz = sum.rate_hz,
         };
         for (int k = 0; k < TRACE_ERROR_KIND_COUNT; k++)
                 h.errors += sum.errors[k];
         h.end_ns = top_end_ns(r);
+        target_of(r, h.target, sizeof(h.target));
         h.to_ns = q->cursor_ns < h.end_ns ? q->cursor_ns : h.end_ns;
         if (h.to_ns < 0)
                 h.to_ns = 0;

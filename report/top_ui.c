@@ -268,9 +268,10 @@ static void header_lines(const struct top_state *s, char lines[3][512])
                 snprintf(rate, sizeof(rate), "%.1f Hz of %g", h->achieved_hz, h->rate_hz);
         else
                 snprintf(rate, sizeof(rate), "%.1f Hz", h->achieved_hz);
-        const char *mode = s->o->live                      ? (h->finalized ? "finished" : "live")
-                           : s->o->follow && !h->finalized ? "following"
-                                                           : "replay";
+        const char *mode = s->o->live      ? "live"
+                           : !s->o->follow ? "replay"
+                           : h->finalized  ? "finished"
+                                           : "following";
         snprintf(lines[0], 512, "%s [%s]  Python %s  %s", s->o->title, mode,
                  h->python_version ? h->python_version : "?", h->target);
         snprintf(lines[1], 512,
@@ -669,6 +670,8 @@ static int run_screen(struct top_state *s)
                         last_open = now;
                         open_trace(s);
                         redraw = true;
+                        if (s->o->repaint)
+                                clearok(curscr, TRUE);
                 }
                 if (redraw && !quit) {
                         rebuild(s);

@@ -65,6 +65,7 @@ static int setup(void **state)
         tu_must(w, trace_writer_set_meta(w, TRACE_META_RATE_HZ, "100"), "rate");
         tu_must(w, trace_writer_set_meta(w, TRACE_META_CMDLINE, "python two_phase.py"), "cmd");
         tu_must(w, trace_writer_set_meta(w, TRACE_META_PYTHON_VERSION, "3.12.1"), "version");
+        tu_must(w, trace_writer_set_meta(w, TRACE_META_PIDS, "100 200"), "pids");
         struct trace_process_desc p1 = {100, "python two_phase.py", "3.12.1", "shared"};
         struct trace_process_desc p2 = {200, "python other.py", "3.12.1", "shared"};
         tu_must(w, trace_writer_add_process(w, &p1), "process");
@@ -146,7 +147,7 @@ static void test_whole_recording(void **state)
         assert_int_equal(v.h.to_ns, 4 * S);
         assert_int_equal(v.h.end_ns, 4 * S);
         assert_true(v.h.finalized);
-        assert_string_equal(v.h.target, "python two_phase.py");
+        assert_string_equal(v.h.target, "pid 100 200: python two_phase.py");
         assert_string_equal(v.h.python_version, "3.12.1");
         assert_int_equal(v.h.period_ns, 10 * MS);
         assert_int_equal(v.no_frame, 200);
