@@ -1124,7 +1124,7 @@ static int live_start(struct recording *r)
         return -rc;
 }
 
-/* Close the view (the recording is over) and print what was held back. */
+/* Close the view (the recording is over) and print what was held back. After live_start only. */
 static void live_stop(struct recording *r)
 {
         struct live *l = &r->live;
@@ -1180,7 +1180,8 @@ static int record(struct recording *r)
                 return EXIT_INTERNAL;
         }
         int status = record_loop(r);
-        live_stop(r);
+        if (o->live)
+                live_stop(r);
         return status;
 }
 
