@@ -163,6 +163,11 @@ def leads(name, min_own=0.0):
     return pred
 
 
+def sleeper_total(screen):
+    """%Total of the sleeper thread's function (0 when not shown)."""
+    return max([x[1] for x in rows(screen) if x[2].startswith("sleeper")] or [0.0])
+
+
 def header_value(screen, word):
     m = re.search(r"%s (\d+)" % word, screen)
     return int(m.group(1)) if m else -1
@@ -218,11 +223,10 @@ def test_live(r, label, py):
                 and first(s)[2].endswith("(phase_one)"), "%r\n%s" % (busy, s))
         r.keys("k", "k")  # back to functions
         s = r.wait(lambda s: "Function (file:line)" in s)
-        r.check(name + " sleeper hidden (on CPU only)",
-                not any(x[2].startswith("sleeper") for x in rows(s)), s)
+        r.check(name + " sleeper nearly absent (on CPU only)", sleeper_total(s) < 5, s)
         r.keys("i")
-        s = r.wait(lambda s: any(x[2].startswith("sleeper") for x in rows(s)))
-        r.check(name + " idle shows sleeper", any(x[2].startswith("sleeper") for x in rows(s))
+        s = r.wait(lambda s: sleeper_total(s) >= 30)
+        r.check(name + " idle counts sleeper (half the samples)", sleeper_total(s) >= 30
                 and "Filter: idle" in s, s)
         r.keys("i", "w")
         s = r.wait(lambda s: "window last 60s" in s)
