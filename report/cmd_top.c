@@ -118,7 +118,8 @@ int cmd_top(int argc, char **argv)
                                  (ns == 1000000000LL || ns == 10000000000LL || ns == 60000000000LL))
                                 o.window_ns = ns;
                         else {
-                                rc = report_usage("top", "--window takes 1s, 10s, 60s or all");
+                                rc = report_usage(
+                                    "top", "--window: '%s' is not 1s, 10s, 60s or all", optarg);
                                 goto out;
                         }
                         break;
@@ -127,15 +128,18 @@ int cmd_top(int argc, char **argv)
                         break;
                 case OPT_BY:
                         if ((c = parse_enum(optarg, keys, TOP_KEY_COUNT)) < 0) {
-                                rc = report_usage("top", "--by takes function, line or file");
+                                rc = report_usage("top", "--by: '%s' is not function, line or file",
+                                                  optarg);
                                 goto out;
                         }
                         o.key = (enum top_key)c;
                         break;
                 case OPT_SORT:
                         if ((c = parse_enum(optarg, sorts, TOP_SORT_COUNT)) < 0) {
-                                rc = report_usage("top", "--sort takes own, total, own-time, "
-                                                         "total-time or name");
+                                rc = report_usage("top",
+                                                  "--sort: '%s' is not own, total, own-time, "
+                                                  "total-time or name",
+                                                  optarg);
                                 goto out;
                         }
                         o.sort = (enum top_sort)c;

@@ -36,7 +36,7 @@ static const struct report_command commands[] = {
     {"info", cmd_info, "summarise a recording: duration, rate, threads, errors"},
     {"diff", cmd_diff, "compare two recordings (or two windows of one); a CI gate"},
     {"merge", cmd_merge, "merge several traces into one, keeping each sample's origin"},
-    {"top", cmd_top, "replay a trace in a live view like top, or --follow one being recorded"},
+    {"top", cmd_top, "replay a trace in a live view like top, or follow one being recorded"},
     {"annotate", cmd_annotate, "print a source file with each line's share of the samples"},
 };
 
