@@ -1120,6 +1120,12 @@ static int live_start(struct recording *r)
         pthread_sigmask(SIG_BLOCK, &block, &old);
         int rc = pthread_create(&l->thread, NULL, live_main, l);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
+        /* A resize is the view's business: it must not interrupt the sampling thread. */
+        if (rc == 0 && screen) {
+                sigemptyset(&block);
+                sigaddset(&block, SIGWINCH);
+                pthread_sigmask(SIG_BLOCK, &block, NULL);
+        }
         l->started = rc == 0;
         return -rc;
 }
