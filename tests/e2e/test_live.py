@@ -22,7 +22,9 @@ sleeps (in sleeper), so every key has a visible effect:
   writing: the sample count grows and phase_two, which starts after the view
   did, appears;
 - plain: pyflame-top without a terminal prints text snapshots every
-  --interval, phase_one in the first and phase_two in a later one.
+  --interval, phase_one in the first and phase_two in a later one;
+- pids: pyflame-top -p A,B shows each program's function at about half,
+  and -s shows a child process's.
 
 Usage: test_live.py --record PATH --report PATH [--top PATH] [--only 3.12]
        [--test NAME]
@@ -376,7 +378,38 @@ def test_plain(r, label, py):
     r.check(name + " trace", meta > 0 and meta == folded, "meta %d folded %d" % (meta, folded))
 
 
-TESTS = [test_live, test_sigterm, test_replay, test_follow, test_plain]
+def test_pids(r, label, py):
+    """Several pids, and --subprocesses, in the snapshots."""
+    name = "%s pids" % label
+    trace = os.path.join(r.tmp, "pids-%s.db" % label)
+    one = subprocess.Popen([py, r.workload, "60", "1"])
+    two = subprocess.Popen([py, r.workload, "0", "60"])
+    try:
+        p = subprocess.run([r.top, "--interval", "1", "-d", "3", "-o", trace,
+                            "-p", "%d,%d" % (one.pid, two.pid)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True)
+        last = [b for b in p.stdout.split("\n\n") if b.strip()][-1:]
+        got = {x[2].split(" ")[0]: x[0] for x in rows(last[0])} if last else {}
+        r.check(name + " both processes", p.returncode == 0
+                and 35 <= got.get("phase_one", 0) <= 65 and 35 <= got.get("phase_two", 0) <= 65
+                and "pid %d %d" % (one.pid, two.pid) in last[0], p.stdout[-2000:] + p.stderr)
+    finally:
+        for t in (one, two):
+            t.kill()
+            t.wait()
+    parent = os.path.join(r.tmp, "parent.py")
+    with open(parent, "w") as f:
+        f.write("import subprocess, sys\n"
+                "sys.exit(subprocess.call([sys.executable, %r, '3', '0']))\n" % r.workload)
+    p = subprocess.run([r.top, "-s", "--interval", "1", "-f", "-o", trace, "--", py, parent],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    firsts = [first(b)[2] for b in p.stdout.split("\n\n") if b.strip()]
+    r.check(name + " --subprocesses", p.returncode == 0
+            and any(f.startswith("phase_one") for f in firsts), "%r %s" % (firsts, p.stderr))
+
+
+TESTS = [test_live, test_sigterm, test_replay, test_follow, test_plain, test_pids]
 
 
 def main():
