@@ -20,7 +20,8 @@ sleeps (in sleeper), so every key has a visible effect:
   (jumped to with j, and stepped back to with Left);
 - follow: pyflame-report top --follow of a trace another pyflame-record is
   writing: the sample count grows and phase_two, which starts after the view
-  did, appears;
+  did, appears; Ctrl-C leaves it with the terminal restored;
+- colours when the terminal has them, none with NO_COLOR set;
 - plain: pyflame-top without a terminal prints text snapshots every
   --interval, phase_one in the first and phase_two in a later one;
 - pids: pyflame-top -p A,B shows each program's function at about half,
@@ -127,6 +128,11 @@ class Runner:
     def keys(self, *keys):
         self.tmux("send-keys", *keys)
 
+    def colours(self):
+        """Does the screen use a foreground colour (an SGR 30-37 or 38 code)?"""
+        text = self.tmux("capture-pane", "-p", "-e").stdout
+        return any(re.search(r"(^|;)3[0-8](;|$)", m) for m in re.findall(r"\x1b\[([0-9;]*)m", text))
+
     def alternate_on(self):
         return self.tmux("display-message", "-p", "#{alternate_on}").stdout.strip() == "1"
 
@@ -209,6 +215,7 @@ def test_live(r, label, py):
                        "first row %r\n%s" % (first(s), s)):
             return
         r.check(name + " alternate screen", r.alternate_on())
+        r.check(name + " colours", r.colours())
         r.check(name + " header", "[live]" in s and "Python " in s and "window last 10s" in s
                 and header_value(s, "Threads") >= 1, s)
         r.check(name + " footer", "q quit" in s and "? help" in s, s)
@@ -305,11 +312,12 @@ def test_replay(r, label, py):
     if record(r, py, trace, 2, 2).wait() != 0:
         r.check(name + " record", False)
         return
-    r.start("%s top --window 1s --at 1.5s %s" % (r.report, trace))
+    r.start("NO_COLOR=1 %s top --window 1s --at 1.5s %s" % (r.report, trace))
     try:
         s = r.wait(leads("phase_one", 90.0))
         r.check(name + " phase one at 1.5s", leads("phase_one", 90.0)(s) and "[replay]" in s
                 and "window last 1s" in s, s)
+        r.check(name + " NO_COLOR: no colours", not r.colours())
         r.keys("j", "3.5", "Enter")
         s = r.wait(leads("phase_two", 90.0))
         r.check(name + " phase two at 3.5s (jump)", leads("phase_two", 90.0)(s)
@@ -352,8 +360,10 @@ def test_follow(r, label, py):
         rec.wait()
         s = r.wait(lambda s: "[finished]" in s)
         r.check(name + " sees the end", "[finished]" in s, s)
-        r.keys("q")
-        r.wait(lambda s: "EXITED" in s)
+        r.keys("C-c")
+        s = r.wait(lambda s: "EXITED" in s)
+        r.check(name + " Ctrl-C restores the terminal", "EXITED 0" in s and not r.alternate_on(),
+                s)
     finally:
         r.stop()
         if rec.poll() is None:
