@@ -178,12 +178,20 @@ int cmd_top(int argc, char **argv)
         }
         if ((rc = select_opts_check(&sel, "top")) != 0)
                 goto out;
-        if (sel.from || sel.to) {
-                rc = report_usage("top", "--from and --to are not for top: move its time "
-                                         "cursor with --at and --window");
-                goto out;
-        }
         o.path = argv[optind];
+        if (!o.follow) {
+                /* A finished trace: say now what is wrong with it or with --pid, --thread. */
+                struct trace_reader *r;
+                struct select check;
+                if ((rc = report_open(o.path, &r)) != 0)
+                        goto out;
+                rc = select_resolve(r, o.path, &sel, &check);
+                if (rc == 0)
+                        select_free(&check);
+                trace_reader_close(r);
+                if (rc != 0)
+                        goto out;
+        }
         if (o.window_ns < 0)
                 o.window_ns = o.follow ? 10000000000LL : 0;
         if (at) {

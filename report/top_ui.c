@@ -154,9 +154,13 @@ static int open_trace(struct top_state *s)
         struct trace_reader *r = NULL;
         int rc = trace_reader_open(s->o->path, &r);
         if (rc < 0) {
-                snprintf(s->problem, sizeof(s->problem), "%s: %s", s->o->path,
-                         r && *trace_reader_errmsg(r) ? trace_reader_errmsg(r)
-                                                      : trace_status_str(rc));
+                /* libtrace's message may name the path already. */
+                const char *why =
+                    r && *trace_reader_errmsg(r) ? trace_reader_errmsg(r) : trace_status_str(rc);
+                size_t n = strlen(s->o->path);
+                if (!strncmp(why, s->o->path, n) && !strncmp(why + n, ": ", 2))
+                        why += n + 2;
+                snprintf(s->problem, sizeof(s->problem), "%s: %s", s->o->path, why);
                 trace_reader_close(r);
                 return -1;
         }
