@@ -450,7 +450,6 @@ struct recording {
                 pthread_t thread, main_thread;
                 bool started;
                 atomic_int stop;
-                int64_t cpu_ns;   /* the view's CPU time, not the recording's cost */
                 int saved_stderr; /* while the screen is up, -1 otherwise */
                 FILE *held;       /* our messages meanwhile */
                 struct top_ui_opts opts;
@@ -1071,10 +1070,18 @@ static void *live_main(void *arg)
 {
         struct live *l = arg;
         top_ui_run(&l->opts);
-        struct timespec ts;
-        if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0)
-                l->cpu_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
         return NULL;
+}
+
+/* The CPU time the view's thread used so far (not the recording's cost), or 0. */
+static int64_t live_cpu_ns(const struct live *l)
+{
+        clockid_t clock;
+        struct timespec ts;
+        if (!l->started || pthread_getcpuclockid(l->thread, &clock) != 0 ||
+            clock_gettime(clock, &ts) != 0)
+                return 0;
+        return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /*
@@ -1130,7 +1137,11 @@ static int live_start(struct recording *r)
         return -rc;
 }
 
-/* Close the view (the recording is over) and print what was held back. After live_start only. */
+/*
+ * Close the view and print what was held back. Called once the trace is
+ * finished, so that the last snapshot without a terminal shows all of it.
+ * Nothing to do when the view was never started.
+ */
 static void live_stop(struct recording *r)
 {
         struct live *l = &r->live;
@@ -1138,7 +1149,6 @@ static void live_stop(struct recording *r)
                 atomic_store(&l->stop, 1);
                 pthread_join(l->thread, NULL);
                 l->started = false;
-                r->loop_cpu_ns -= l->cpu_ns;
         }
         if (l->saved_stderr >= 0) {
                 fflush(stderr);
@@ -1186,8 +1196,7 @@ static int record(struct recording *r)
                 return EXIT_INTERNAL;
         }
         int status = record_loop(r);
-        if (o->live)
-                live_stop(r);
+        r->loop_cpu_ns -= live_cpu_ns(&r->live);
         return status;
 }
 
@@ -1290,11 +1299,13 @@ int main(int argc, char **argv)
         if (o.dump)
                 return run_dump(&o);
 
-        struct recording r = {.o = &o, .tty = isatty(STDERR_FILENO) && !o.quiet};
+        struct recording r = {
+            .o = &o, .tty = isatty(STDERR_FILENO) && !o.quiet, .live = {.saved_stderr = -1}};
         int status = prepare(&r);
         if (status != EXIT_OK)
                 return abandon(&r, status);
         status = finish_trace(&r, record(&r));
+        live_stop(&r);
         tsink_free(r.k);
         trace_writer_free(r.w);
         sources_free(r.sources);

@@ -272,10 +272,10 @@ static void header_lines(const struct top_state *s, char lines[3][512])
                 snprintf(rate, sizeof(rate), "%.1f Hz of %g", h->achieved_hz, h->rate_hz);
         else
                 snprintf(rate, sizeof(rate), "%.1f Hz", h->achieved_hz);
-        const char *mode = s->o->live      ? "live"
-                           : !s->o->follow ? "replay"
-                           : h->finalized  ? "finished"
-                                           : "following";
+        const char *mode = h->finalized && (s->o->live || s->o->follow) ? "finished"
+                           : s->o->live                                 ? "live"
+                           : s->o->follow                               ? "following"
+                                                                        : "replay";
         snprintf(lines[0], 512, "%s [%s]  Python %s  %s", s->o->title, mode,
                  h->python_version ? h->python_version : "?", h->target);
         snprintf(lines[1], 512,
