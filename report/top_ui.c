@@ -629,8 +629,14 @@ static int run_screen(struct top_state *s)
 {
         /* Names are UTF-8: wide characters for the names, the C locale for numbers. */
         setlocale(LC_CTYPE, "");
-        if (!initscr())
-                return fail(s, "cannot start the terminal view (is TERM set to a known terminal?)");
+        /* Not initscr(): it exits the process on an unknown terminal, a recording with it. */
+        SCREEN *screen = newterm(NULL, stdout, stdin);
+        if (!screen) {
+                const char *term = getenv("TERM");
+                fprintf(stderr, "%s: terminal type '%s' unknown to ncurses; printing snapshots\n",
+                        s->o->title, term ? term : "");
+                return run_plain(s);
+        }
         cbreak(); /* Ctrl-C still signals */
         noecho();
         keypad(stdscr, TRUE);
@@ -683,6 +689,7 @@ static int run_screen(struct top_state *s)
                 }
         }
         endwin();
+        delscreen(screen);
         if (quit && s->o->on_quit)
                 s->o->on_quit(s->o->ctx);
         return 0;

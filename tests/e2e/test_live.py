@@ -25,7 +25,8 @@ sleeps (in sleeper), so every key has a visible effect:
 - plain: pyflame-top without a terminal prints text snapshots every
   --interval, phase_one in the first and phase_two in a later one;
 - pids: pyflame-top -p A,B shows each program's function at about half,
-  and -s shows a child process's.
+  and -s shows a child process's;
+- unknown terminal: snapshots instead of the screen, the recording intact.
 
 Usage: test_live.py --record PATH --report PATH [--top PATH] [--only 3.12]
        [--test NAME]
@@ -419,7 +420,24 @@ def test_pids(r, label, py):
             and any(f.startswith("phase_one") for f in firsts), "%r %s" % (firsts, p.stderr))
 
 
-TESTS = [test_live, test_sigterm, test_replay, test_follow, test_plain, test_pids]
+def test_unknown_terminal(r, label, py):
+    """A terminal ncurses does not know: snapshots instead, and the recording unharmed
+    (ncurses' initscr() would have exited the recorder)."""
+    name = "%s unknown terminal" % label
+    trace = os.path.join(r.tmp, "term-%s.db" % label)
+    r.start("TERM=no-such-terminal %s -d 2 -o %s -- %s %s 5 0" % (r.top, trace, py, r.workload))
+    try:
+        s = r.wait(lambda s: "EXITED" in s)
+        r.check(name + ": snapshots, exit 0", "EXITED 0" in s and "unknown to ncurses" in s
+                and "phase_one" in s, s)
+        rc, info = report_info(r, trace)
+        r.check(name + ": trace finished", rc == 0 and "recording:  finalized" in info, info)
+    finally:
+        r.stop()
+
+
+TESTS = [test_live, test_sigterm, test_replay, test_follow, test_plain, test_pids,
+         test_unknown_terminal]
 
 
 def main():
