@@ -1093,7 +1093,8 @@ static int live_start(struct recording *r)
 {
         struct live *l = &r->live;
         const struct options *o = r->o;
-        bool screen = isatty(STDOUT_FILENO);
+        /* The screen needs the keyboard too: without it (< /dev/null), snapshots. */
+        bool screen = isatty(STDOUT_FILENO) && isatty(STDIN_FILENO);
         l->saved_stderr = -1;
         l->main_thread = pthread_self();
         atomic_init(&l->stop, 0);

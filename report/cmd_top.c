@@ -2,7 +2,7 @@
  * cmd_top.c - `pyflame-report top`: replay a trace in the live view (top.h),
  * or keep up with one that a recorder is still writing (--follow). The
  * options are the view's starting state; everything can be changed from
- * the keyboard. Without a terminal on stdout it prints text snapshots.
+ * the keyboard. Without a terminal it prints text snapshots.
  */
 #include <getopt.h>
 #include <signal.h>
@@ -42,9 +42,9 @@ static void top_help(void)
                "      --idle           also count samples of threads that were not on CPU\n"
                "      --gil            count only samples holding the GIL\n"
                "  -h, --help           this help\n\n"
-               "Without a terminal on stdout (a pipe, a log), a replay prints one snapshot of\n"
-               "the window at the cursor; --follow prints one per interval until the\n"
-               "recording ends.\n");
+               "Without a terminal (stdout a pipe or a log, or stdin not a terminal), a replay\n"
+               "prints one snapshot of the window at the cursor; --follow prints one per\n"
+               "interval until the recording ends.\n");
 }
 
 static int parse_enum(const char *arg, const char *const *names, int n)
@@ -215,7 +215,8 @@ int cmd_top(int argc, char **argv)
         o.threads = sel.threads;
         o.idle = sel.idle;
         o.gil = sel.gil;
-        if (!isatty(STDOUT_FILENO))
+        /* The screen needs the keyboard too: without it (< /dev/null), snapshots. */
+        if (!isatty(STDOUT_FILENO) || !isatty(STDIN_FILENO))
                 o.plain = true;
         struct sigaction sa;
         memset(&sa, 0, sizeof(sa));
