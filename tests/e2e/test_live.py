@@ -424,7 +424,7 @@ def test_unknown_terminal(r, label, py):
     """A terminal ncurses does not know: snapshots instead, and the recording unharmed
     (ncurses' initscr() would have exited the recorder)."""
     name = "%s unknown terminal" % label
-    trace = os.path.join(r.tmp, "term-%s.db" % label)
+    trace = os.path.join(r.tmp, "unknown-term-%s.db" % label)
     r.start("TERM=no-such-terminal %s -d 2 -o %s -- %s %s 5 0" % (r.top, trace, py, r.workload))
     try:
         s = r.wait(lambda s: "EXITED" in s)
