@@ -23,6 +23,7 @@
 #include "top.h"
 
 #include <curses.h>
+#include <term.h>
 #include <errno.h>
 #include <locale.h>
 #include <stdarg.h>
@@ -258,7 +259,7 @@ static void window_name(char *buf, size_t len, int64_t window_ns)
 }
 
 /* The header's lines (3) for the model `v`. */
-static void header_lines(const struct top_state *s, char lines[3][512])
+static void header_lines(const struct top_state *s, char head[3][512])
 {
         const struct top_header *h = &s->view.h;
         char from[32], to[32], end[32], win[32], cpu[16], gil[16], rate[48];
@@ -276,13 +277,13 @@ static void header_lines(const struct top_state *s, char lines[3][512])
                            : s->o->live                                 ? "live"
                            : s->o->follow                               ? "following"
                                                                         : "replay";
-        snprintf(lines[0], 512, "%s [%s]  Python %s  %s", s->o->title, mode,
+        snprintf(head[0], 512, "%s [%s]  Python %s  %s", s->o->title, mode,
                  h->python_version ? h->python_version : "?", h->target);
-        snprintf(lines[1], 512,
-                 "Time %s of %s  window %s (%s to %s)  %s%s x%g  by %s, sorted by %s", to, end, win,
-                 from, to, s->tail ? "at end, " : "", s->playing ? "playing" : "paused", s->speed,
-                 key_names[s->key], sort_names[s->sort]);
-        snprintf(lines[2], 512,
+        snprintf(head[1], 512, "Time %s of %s  window %s (%s to %s)  %s%s x%g  by %s, sorted by %s",
+                 to, end, win, from, to, s->tail ? "at end, " : "",
+                 s->playing ? "playing" : "paused", s->speed, key_names[s->key],
+                 sort_names[s->sort]);
+        snprintf(head[2], 512,
                  "Samples %llu  Threads %u  Rate %s  Errors %llu  On CPU %s  GIL %s  Filter: %s%s",
                  (unsigned long long)h->samples, h->threads, rate, (unsigned long long)h->errors,
                  cpu, gil, s->idle ? "idle" : "on-CPU", s->gil ? ", GIL" : "");
@@ -321,10 +322,10 @@ static int print_snapshot(struct top_state *s)
                         s->problem[0] ? s->problem : "no data yet");
                 return 0;
         }
-        char lines[3][512], buf[600];
-        header_lines(s, lines);
+        char head[3][512], buf[600];
+        header_lines(s, head);
         for (int i = 0; i < 3; i++)
-                printf("%s\n", lines[i]);
+                printf("%s\n", head[i]);
         table_title(s, buf, sizeof(buf));
         printf("%s\n", buf);
         unsigned max = s->o->max_rows ? s->o->max_rows : 20;
@@ -430,11 +431,11 @@ static void draw(struct top_state *s)
                 put_line(y++, s->problem[0] ? s->problem : "waiting for the first samples...",
                          A_NORMAL);
         } else {
-                char lines[3][512], buf[600];
-                header_lines(s, lines);
-                put_line(y++, lines[0], title);
-                put_line(y++, lines[1], A_NORMAL);
-                put_line(y++, lines[2], A_NORMAL);
+                char head[3][512], buf[600];
+                header_lines(s, head);
+                put_line(y++, head[0], title);
+                put_line(y++, head[1], A_NORMAL);
+                put_line(y++, head[2], A_NORMAL);
                 if (s->problem[0])
                         put_line(y++, s->problem, A_BOLD);
                 y++;
@@ -629,8 +630,17 @@ static int run_screen(struct top_state *s)
 {
         /* Names are UTF-8: wide characters for the names, the C locale for numbers. */
         setlocale(LC_CTYPE, "");
-        /* Not initscr(): it exits the process on an unknown terminal, a recording with it. */
-        SCREEN *screen = newterm(NULL, stdout, stdin);
+        /*
+         * Not initscr(): it exits the process on an unknown terminal, a
+         * recording with it. Nor newterm() alone, which leaks its screen
+         * then: setupterm() says first whether terminfo knows the terminal.
+         */
+        int known = 0;
+        SCREEN *screen = NULL;
+        if (setupterm(NULL, STDOUT_FILENO, &known) == OK) {
+                del_curterm(cur_term);
+                screen = newterm(NULL, stdout, stdin);
+        }
         if (!screen) {
                 const char *term = getenv("TERM");
                 fprintf(stderr, "%s: terminal type '%s' unknown to ncurses; printing snapshots\n",
