@@ -317,11 +317,12 @@ static void row_line(const struct top_state *s, const struct top_row *row, char 
 
 static int print_snapshot(struct top_state *s)
 {
-        if (!s->have_view) {
+        /* A trace that could not be read again: say so, and show what was read before. */
+        if (s->problem[0] || !s->have_view)
                 fprintf(stderr, "%s: %s\n", s->o->title,
                         s->problem[0] ? s->problem : "no data yet");
+        if (!s->have_view)
                 return 0;
-        }
         char head[3][512], buf[600];
         header_lines(s, head);
         for (int i = 0; i < 3; i++)
