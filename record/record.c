@@ -5,6 +5,7 @@
  *   pyflame-record -p PID[,PID...] [-o run.db]     attach to running processes
  *   pyflame-record [-o run.db] -- COMMAND [ARGS]   start a program and record it
  *   pyflame-record --dump -p PID                   print every thread's stack once
+ *   pyflame-record --live ...  (or pyflame-top ...)  the same, watched in a live view
  *
  * The main loop takes one sample per period at a uniformly random instant
  * within it (schedule.h): the rate does not drift, and no periodic program
@@ -16,6 +17,13 @@
  * The text of the source files of sampled frames is stored too (sources.h),
  * read once a second within a small time budget and at the end, never
  * inside a sampling pass.
+ *
+ * --live (and pyflame-top, this file built with RECORD_TOP) shows the
+ * live view of report/top.h while recording, on a thread of its own that
+ * reads the trace back through a read-only reader after each commit: the
+ * sampling loop neither waits for it nor hands it anything. Quitting the
+ * view is Ctrl-C: the trace is finished the same way. While the screen is
+ * up, our own messages are held back and printed when it closes.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -38,6 +46,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <fcntl.h>
+#include <pthread.h>
 
 #include "capture.h"
 #include "native.h"
@@ -52,8 +61,9 @@
 #include "schedule.h"
 #include "sources.h"
 #include "stopper.h"
-#include "tsink.h"
+#include "top.h"
 #include "trace.h"
+#include "tsink.h"
 
 /* Exit statuses (documented in the man page and README). */
 enum {
@@ -101,7 +111,12 @@ struct options {
         pid_t snapshot_of;     /* --snapshot PID: ask that recorder for a snapshot */
         const char *match;     /* --match REGEX: processes by command line */
         bool all;              /* --all: every Python process */
+        bool live;             /* show the live view while recording */
+        int64_t interval_ns;   /* --live without a terminal: snapshot period */
 };
+
+/* The live view's quit: SIGINT queued to the main thread with this value (live_quit). */
+#define LIVE_QUIT_SIGNAL_VALUE 0x7079
 
 static volatile sig_atomic_t stop_requested;
 static volatile sig_atomic_t forward_signal;     /* spawn mode: a signal to pass on */
@@ -110,7 +125,11 @@ static volatile sig_atomic_t snapshot_requested; /* SIGUSR1 */
 static volatile sig_atomic_t snapshot_pid;       /* its sender, when it sent a pipe */
 static volatile sig_atomic_t snapshot_fd;        /* that pipe's number in the sender */
 
+#ifdef RECORD_TOP
+static const char *prog = "pyflame-top";
+#else
 static const char *prog = "pyflame-record";
+#endif
 
 static void usage(FILE *f)
 {
@@ -155,6 +174,10 @@ static void usage(FILE *f)
             "                         event loop: every live task once a sample, in the\n"
             "                         stack of awaits it waits in (CPython 3.7-3.13); see\n"
             "                         them with pyflame-report --async\n"
+            "      --live             watch the recording in a live view like top (q stops\n"
+            "                         it, as Ctrl-C does; ? lists the keys); without a\n"
+            "                         terminal, a text snapshot every --interval\n"
+            "      --interval SECS    --live: refresh and snapshot period (default 1)\n"
             "\n"
             "Continuous recording (files named FILE's stem-YYYYmmddTHHMMSSZ.ext, UTC):\n"
             "      --rotate WHEN      go on in a new file every DURATION (10m, 1h) or past\n"
@@ -177,7 +200,8 @@ static void usage(FILE *f)
             "  -V, --version          print the version, the trace format's and the\n"
             "                         CPython versions it reads\n"
             "\n"
-            "Then read the trace with pyflame-report FILE.\n",
+            "Then read the trace with pyflame-report FILE, or replay it with\n"
+            "pyflame-report top FILE.\n",
             prog, prog, prog);
 }
 
@@ -244,7 +268,9 @@ static int parse_args(int argc, char **argv, struct options *o)
                 OPT_RING,
                 OPT_SNAPSHOT,
                 OPT_MATCH,
-                OPT_ALL
+                OPT_ALL,
+                OPT_LIVE,
+                OPT_INTERVAL
         };
         static const struct option longopts[] = {
             {"pid", required_argument, NULL, 'p'},
@@ -262,6 +288,8 @@ static int parse_args(int argc, char **argv, struct options *o)
             {"no-source", no_argument, NULL, OPT_NO_SOURCE},
             {"no-switch-events", no_argument, NULL, OPT_NO_SWITCH_EVENTS},
             {"no-bpf", no_argument, NULL, OPT_NO_BPF},
+            {"live", no_argument, NULL, OPT_LIVE},
+            {"interval", required_argument, NULL, OPT_INTERVAL},
             {"max-source-bytes", required_argument, NULL, OPT_MAX_SOURCE},
             {"rotate", required_argument, NULL, OPT_ROTATE},
             {"on-rotate", required_argument, NULL, OPT_ON_ROTATE},
@@ -342,6 +370,19 @@ static int parse_args(int argc, char **argv, struct options *o)
                 case OPT_NO_BPF:
                         o->no_bpf = true;
                         break;
+                case OPT_LIVE:
+                        o->live = true;
+                        break;
+                case OPT_INTERVAL:
+                        if (pf_parse_duration(optarg, &o->interval_ns, NULL) < 0 ||
+                            o->interval_ns < 10000000) {
+                                fprintf(stderr,
+                                        "%s: invalid interval '%s' (at least 0.01 s, e.g. 2, "
+                                        "500ms)\n",
+                                        prog, optarg);
+                                return -1;
+                        }
+                        break;
                 case OPT_MAX_SOURCE:
                         if (pf_parse_size(optarg, &o->max_source_bytes) < 0) {
                                 fprintf(stderr,
@@ -401,7 +442,7 @@ static int parse_args(int argc, char **argv, struct options *o)
                         usage(stdout);
                         exit(EXIT_OK);
                 case 'V':
-                        pf_print_version(stdout, "pyflame-record", TRACE_FORMAT_VERSION);
+                        pf_print_version(stdout, prog, TRACE_FORMAT_VERSION);
                         exit(EXIT_OK);
                 default:
                         fprintf(stderr, "Try '%s --help'.\n", prog);
@@ -432,6 +473,10 @@ static int parse_args(int argc, char **argv, struct options *o)
                         o->rotate_ns = o->ring_ns / 10 > 1000000000 ? o->ring_ns / 10 : 1000000000;
                 if (!o->keep_ns)
                         o->keep_ns = o->ring_ns;
+        }
+        if (o->dump && o->live) {
+                fprintf(stderr, "%s: --dump prints stacks once; it has no live view\n", prog);
+                return -1;
         }
         if (o->dump && o->command) {
                 fprintf(stderr, "%s: --dump needs -p PID\n", prog);
@@ -467,7 +512,10 @@ static void on_signal(int sig, siginfo_t *si, void *uc)
          * SIGTERM and SIGHUP sent to us by a process (a supervisor, timeout)
          * are passed on; a terminal's hangup (SI_KERNEL) reached it directly.
          */
-        if (sig == SIGINT || (si && si->si_code == SI_KERNEL))
+        if (sig == SIGINT && si && si->si_code == SI_QUEUE &&
+            si->si_value.sival_int == LIVE_QUIT_SIGNAL_VALUE)
+                forward_signal = SIGINT; /* q in the live view: Ctrl-C, which the program missed */
+        else if (sig == SIGINT || (si && si->si_code == SI_KERNEL))
                 forward_signal = 0;
         else
                 forward_signal = sig;
@@ -612,6 +660,14 @@ struct recording {
         pthread_cond_t match_wake;
         pid_t *match_pending;
         size_t n_match_pending;
+        struct live { /* --live: the view's thread (live_start) */
+                pthread_t thread, main_thread;
+                bool started;
+                atomic_int stop;
+                int saved_stderr; /* while the screen is up, -1 otherwise */
+                FILE *held;       /* our messages meanwhile */
+                struct top_ui_opts opts;
+        } live;
         /* --subprocesses (and --match): processes that are not (yet) Python. */
         struct candidate {
                 pid_t pid;
@@ -1596,6 +1652,117 @@ static int abandon(struct recording *r, int status)
         return status;
 }
 
+/* ---- the live view ------------------------------------------------------ */
+
+/* q in the view: stop as Ctrl-C does, the spawned program included. */
+static void live_quit(void *ctx)
+{
+        struct live *l = ctx;
+        pthread_sigqueue(l->main_thread, SIGINT,
+                         (union sigval){.sival_int = LIVE_QUIT_SIGNAL_VALUE});
+}
+
+static void *live_main(void *arg)
+{
+        struct live *l = arg;
+        top_ui_run(&l->opts);
+        return NULL;
+}
+
+/* The CPU time the view's thread used so far (not the recording's cost), or 0. */
+static int64_t live_cpu_ns(const struct live *l)
+{
+        clockid_t clock;
+        struct timespec ts;
+        if (!l->started || pthread_getcpuclockid(l->thread, &clock) != 0 ||
+            clock_gettime(clock, &ts) != 0)
+                return 0;
+        return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/*
+ * Start the view on its own thread, reading the trace being written. The
+ * signals that stop us stay the main thread's, whose sleep they must end.
+ * Returns 0 or a negative errno.
+ */
+static int live_start(struct recording *r)
+{
+        struct live *l = &r->live;
+        const struct options *o = r->o;
+        /* The screen needs the keyboard too: without it (< /dev/null), snapshots. */
+        bool screen = isatty(STDOUT_FILENO) && isatty(STDIN_FILENO);
+        l->saved_stderr = -1;
+        l->main_thread = pthread_self();
+        atomic_init(&l->stop, 0);
+        l->opts = (struct top_ui_opts){
+            .path = o->output,
+            .title = prog,
+            .live = true,
+            .window_ns = 10000000000LL,
+            .at_ns = -1,
+            .interval_ns = o->interval_ns ? o->interval_ns : 1000000000LL,
+            .stop = &l->stop,
+            .on_quit = live_quit,
+            .ctx = l,
+            .plain = !screen,
+            .repaint = screen && o->command,
+        };
+        if (screen) {
+                /* Messages would scribble over the screen: hold them until it closes. */
+                r->tty = false;
+                fflush(stderr);
+                l->held = tmpfile();
+                l->saved_stderr = l->held ? dup(STDERR_FILENO) : -1;
+                if (l->saved_stderr >= 0)
+                        dup2(fileno(l->held), STDERR_FILENO);
+        }
+        sigset_t block, old;
+        sigemptyset(&block);
+        sigaddset(&block, SIGINT);
+        sigaddset(&block, SIGTERM);
+        sigaddset(&block, SIGHUP);
+        pthread_sigmask(SIG_BLOCK, &block, &old);
+        int rc = pthread_create(&l->thread, NULL, live_main, l);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        /* A resize is the view's business: it must not interrupt the sampling thread. */
+        if (rc == 0 && screen) {
+                sigemptyset(&block);
+                sigaddset(&block, SIGWINCH);
+                pthread_sigmask(SIG_BLOCK, &block, NULL);
+        }
+        l->started = rc == 0;
+        return -rc;
+}
+
+/*
+ * Close the view and print what was held back. Called once the trace is
+ * finished, so that the last snapshot without a terminal shows all of it.
+ * Nothing to do when the view was never started.
+ */
+static void live_stop(struct recording *r)
+{
+        struct live *l = &r->live;
+        if (l->started) {
+                atomic_store(&l->stop, 1);
+                pthread_join(l->thread, NULL);
+                l->started = false;
+        }
+        if (l->saved_stderr >= 0) {
+                fflush(stderr);
+                dup2(l->saved_stderr, STDERR_FILENO);
+                close(l->saved_stderr);
+                l->saved_stderr = -1;
+                rewind(l->held);
+                char buf[4096];
+                size_t n;
+                while ((n = fread(buf, 1, sizeof(buf), l->held)) > 0)
+                        fwrite(buf, 1, n, stderr);
+        }
+        if (l->held)
+                fclose(l->held);
+        l->held = NULL;
+}
+
 /* Source files, the meta known at the start, the committing thread, then sampling. */
 static int record(struct recording *r)
 {
@@ -1626,7 +1793,13 @@ static int record(struct recording *r)
                 fprintf(stderr, "%s: cannot start the writing thread: %s\n", prog, strerror(-rc));
                 return EXIT_INTERNAL;
         }
-        return record_loop(r);
+        if (o->live && (rc = live_start(r)) < 0) {
+                fprintf(stderr, "%s: cannot start the live view: %s\n", prog, strerror(-rc));
+                return EXIT_INTERNAL;
+        }
+        int status = record_loop(r);
+        r->loop_cpu_ns -= live_cpu_ns(&r->live);
+        return status;
 }
 
 /* Stop the committing thread, write the end-of-recording meta and finalize. */
@@ -1802,6 +1975,9 @@ int main(int argc, char **argv)
 {
         struct options o;
         memset(&o, 0, sizeof(o));
+#ifdef RECORD_TOP
+        o.live = true;
+#endif
         if (parse_args(argc, argv, &o) < 0)
                 return EXIT_USAGE;
         install_signals();
@@ -1812,13 +1988,15 @@ int main(int argc, char **argv)
         if (o.snapshot_of)
                 return run_snapshot_client(o.snapshot_of);
 
-        struct recording r = {.o = &o, .tty = isatty(STDERR_FILENO) && !o.quiet};
+        struct recording r = {
+            .o = &o, .tty = isatty(STDERR_FILENO) && !o.quiet, .live = {.saved_stderr = -1}};
         int status = prepare(&r);
         if (status != EXIT_OK)
                 return abandon(&r, status);
         status = record(&r);
         stop_scanner(&r);
         status = finish_trace(&r, status);
+        live_stop(&r);
         rotation_free(r.rot); /* after the last --on-rotate command */
         tsink_free(r.k);
         trace_writer_free(r.w);

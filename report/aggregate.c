@@ -285,6 +285,8 @@ static uint64_t hash_str(const char *s, uint64_t seed)
 static uint64_t key_hash(enum hot_key key, const struct trace_frame *f)
 {
         uint64_t h = hash_str(f->file, 0);
+        if (key == HOT_BY_FILE)
+                return h;
         if (key == HOT_BY_LINE)
                 return pf_hash_u64(h, (uint64_t)(uint32_t)f->line);
         h = pf_hash_u64(h, (uint64_t)(uint32_t)f->first_line);
@@ -295,6 +297,8 @@ static bool key_equal(enum hot_key key, const struct trace_frame *a, const struc
 {
         if (!str_eq(a->file, b->file))
                 return false;
+        if (key == HOT_BY_FILE)
+                return true;
         if (key == HOT_BY_LINE)
                 return a->line == b->line;
         return a->first_line == b->first_line && str_eq(a->function, b->function);

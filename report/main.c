@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 
 #include "pyflame-config.h"
+#include "top.h"
 
 #ifdef REPORT_MAIN_COMMAND
 const char report_prog[] = "pyflame-" REPORT_MAIN_COMMAND;
@@ -36,6 +37,7 @@ static const struct report_command commands[] = {
     {"diff", cmd_diff, "compare two recordings (or two windows of one); a CI gate"},
     {"merge", cmd_merge, "merge several traces into one, keeping each sample's origin"},
     {"join", cmd_join, "join the files of one rotating recording into one trace"},
+    {"top", cmd_top, "replay a trace in a live view like top, or follow one being recorded"},
     {"annotate", cmd_annotate, "print a source file with each line's share of the samples"},
 };
 

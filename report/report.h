@@ -1,9 +1,9 @@
 /*
  * report.h - the internals shared by pyflame-report's source files.
  *
- * pyflame-report is a table of commands (main.c: report, info, diff, merge;
- * pyflame-diff is the diff command under its own name) over a few shared
- * layers:
+ * pyflame-report is a table of commands (main.c: report, info, diff, merge,
+ * top, annotate; pyflame-diff is the diff command under its own name) over a
+ * few shared layers:
  *   - options.c turns the view options every command shares (time range,
  *     processes, threads, thread states) into a libtrace struct trace_filter;
  *   - aggregate.c builds the aggregations views are made of (folded stacks,
@@ -19,7 +19,10 @@
  *     file printed with its lines' shares), from the trace when the recorder
  *     stored it, else from this machine's file, lazily and bounded.
  * The exporters (export.h: svg, html, speedscope, pprof, chrome) are one more
- * view of cmd_report.c, their output committed like the others'.
+ * view of cmd_report.c, their output committed like the others'. The live
+ * view of `top` (top.h, cmd_top.c) is built on aggregate.c's hotspot table
+ * too; it and aggregate.c form a library of their own that pyflame-record
+ * links for --live.
  * Nothing here knows the trace format: traces are read only through
  * libtrace's public trace.h.
  */
@@ -327,6 +330,7 @@ void folded_free(struct folded_set *fs);
 enum hot_key {
         HOT_BY_LINE,     /* identity (file, line) */
         HOT_BY_FUNCTION, /* identity (function, file, first_line) */
+        HOT_BY_FILE,     /* identity (file): a module's samples together (the live view) */
 };
 
 /* One row of a hotspot table. */

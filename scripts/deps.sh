@@ -5,6 +5,8 @@ set -euo pipefail
 pkgs=(gcc pkg-config meson ninja-build python3 sqlite3 libsqlite3-dev libelf-dev
       libarchive-dev zlib1g-dev libcmocka-dev clang-format util-linux procps
       clang libbpf-dev bpftool zsh libdw-dev
+      # the live view (ncurses) and its end-to-end test (tmux drives it)
+      libncurses-dev tmux
       # -Dstatic=true (single-file tools): the static libraries libarchive and
       # libbpf need that their -dev packages do not pull in
       libzstd-dev liblz4-dev libacl1-dev libxml2-dev liblzma-dev libbz2-dev nettle-dev

@@ -65,7 +65,7 @@ def accepted_values(argv_before, option, argv_after):
     m = re.search(r"'no-such-value' is not (.*?) \(see", p.stderr)
     if not check(m is not None, f"{option} of {argv_before} names its values: {p.stderr!r}"):
         return set()
-    return set(re.findall(r"[a-z]+", m.group(1))) - {"or", "one", "of"}
+    return set(re.findall(r"[a-z]+(?:-[a-z]+)*", m.group(1))) - {"or", "one", "of"}
 
 
 def value_is_accepted(argv_before, option, value, argv_after):
@@ -158,7 +158,7 @@ def part_default(a):
                          zsh_text(zsh_report_defs, ["_pyflame_report_diff", "_pyflame_version"]),
                          version),
     }
-    for sub in ["report", "info", "diff", "merge", "join", "annotate"]:
+    for sub in ["report", "info", "diff", "merge", "join", "top", "annotate"]:
         commands["pyflame-report " + sub] = (
             [a.report, sub, "--help"], [f_report], "_pyflame_report", ["pyflame-report", sub],
             zsh_text(zsh_report_defs, ["_pyflame_report_" + sub]), set())
@@ -212,6 +212,8 @@ def part_default(a):
         ("_pyflame_report_diff", ["pyflame-report", "diff"], [a.diff], "--per", two),
         ("_pyflame_report_merge", ["pyflame-report", "merge"], [a.report, "merge"], "--align",
          out + one),
+        ("_pyflame_report_top", ["pyflame-report", "top"], [a.report, "top"], "--by", one),
+        ("_pyflame_report_top", ["pyflame-report", "top"], [a.report, "top"], "--sort", one),
     ]
     for zfunction, words, argv, option, after in values:
         real = accepted_values(argv, option, after)
@@ -233,7 +235,7 @@ def part_default(a):
     cases = [  # (files, function, words, must offer, must not offer, exactly?)
         ([f_report], "_pyflame_report", ["pyflame-report", "--for"], {"--format"}, set(), True),
         ([f_report], "_pyflame_report", ["pyflame-report", ""],
-         {"run.db", "sub", "report", "info", "diff", "merge", "join", "annotate"},
+         {"run.db", "sub", "report", "info", "diff", "merge", "join", "top", "annotate"},
          {"notes.txt", "prog.py"}, True),
         ([f_report], "_pyflame_report", ["pyflame-report", "i"], {"info"}, set(), True),
         ([f_report], "_pyflame_report", ["pyflame-report", "--by-line", ""], {"run.db", "sub"},

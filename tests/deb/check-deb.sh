@@ -123,7 +123,7 @@ if ((install_rc)); then
         fail "apt-get install of the packages failed"
 fi
 ok "installed: ${installed_new[*]}"
-for f in /usr/bin/pyflame-record /usr/bin/pyflame-report /usr/bin/pyflame-diff \
+for f in /usr/bin/pyflame-record /usr/bin/pyflame-report /usr/bin/pyflame-diff /usr/bin/pyflame-top \
         /usr/share/pyflame/trace.sql /usr/share/man/man1/pyflame-record.1.gz \
         /usr/share/man/man1/pyflame-report.1.gz /usr/share/man/man1/pyflame-diff.1.gz \
         /usr/share/bash-completion/completions/pyflame-record \

@@ -30,20 +30,24 @@ expect() {
   if [ -e "$1" ]; then echo "ok   installed ${1#"$stage"}"; else echo "FAIL missing ${1#"$stage"}"; fail=1; fi
 }
 bin=$(abs "$bindir") lib=$(abs "$libdir")
-for f in pyflame-record pyflame-report pyflame-diff; do expect "$bin/$f"; done
+for f in pyflame-record pyflame-report pyflame-diff pyflame-top; do expect "$bin/$f"; done
 expect "$lib/libpyflametrace.so"
 expect "$lib/libpyflametrace.so.0"
 expect "$lib/pkgconfig/pyflame-trace.pc"
 expect "$lib/pyflame/pyflame_sqlite.so"
 expect "$(abs "$includedir")/pyflame/trace.h"
 expect "$(abs "$datadir")/pyflame/trace.sql"
-for f in pyflame-record pyflame-report pyflame-diff; do expect "$(abs "$mandir")/man1/$f.1"; done
+for f in pyflame-record pyflame-report pyflame-diff pyflame-top; do expect "$(abs "$mandir")/man1/$f.1"; done
 for f in pyflame-record pyflame-report pyflame-diff; do
   if [ -d "$(abs "$datadir")/bash-completion" ] || [ -d "$here/completions" ]; then
     expect "$(abs "$datadir")/bash-completion/completions/$f"
     expect "$(abs "$datadir")/zsh/vendor-completions/_$f"
   fi
 done
+# pyflame-top is pyflame-record --live: bash needs its own file, zsh's _pyflame-record serves both.
+if [ -d "$(abs "$datadir")/bash-completion" ] || [ -d "$here/completions" ]; then
+  expect "$(abs "$datadir")/bash-completion/completions/pyflame-top"
+fi
 [ $fail = 0 ] || exit 1
 
 # The installed programs find the installed library (the staging root is not
