@@ -447,8 +447,47 @@ def test_unknown_terminal(r, label, py):
         r.stop()
 
 
+ZLIB_LOOP = ("import time, zlib\n"
+             "data = b'pyflame' * 150000\n"
+             "end = time.time() + 3\n"
+             "while time.time() < end:\n"
+             "    zlib.compress(data, 9)\n")
+
+
+def test_native_key(r, label, py):
+    """The n key on a --native trace: native frames shown, hidden, one per module."""
+    name = "%s native key" % label
+    trace = os.path.join(r.tmp, "native-%s.db" % label)
+    p = subprocess.run([r.record, "-q", "--native", "-o", trace, "--", py, "-c", ZLIB_LOOP],
+                       capture_output=True, text=True)
+    if not r.check(name + ": recorded", p.returncode == 0, p.stderr):
+        return
+    libz = lambda s: any("libz" in x[2] or "deflate" in x[2] for x in rows(s)[:3])
+    module = lambda s: any(x[2].startswith("libz.so") and "+0x" not in x[2].split(" ")[0]
+                           for x in rows(s)[:3])
+    r.start("%s top %s" % (r.report, trace))
+    try:
+        s = r.wait(libz)
+        r.check(name + ": zlib's native code leads", libz(s), s)
+        r.keys("n")
+        s = r.wait(lambda s: "native frames: hidden" in s)
+        r.check(name + ": n hides native frames", "native frames: hidden" in s and not libz(s)
+                and any(x[2].startswith("<module>") for x in rows(s)[:1]), s)
+        r.keys("n")
+        s = r.wait(lambda s: "one per module" in s)
+        r.check(name + ": n again shows one frame per module", module(s), s)
+        r.keys("n")
+        s = r.wait(lambda s: "native frames: shown" in s)
+        r.check(name + ": and back", libz(s), s)
+        r.keys("q")
+        s = r.wait(lambda s: "EXITED" in s)
+        r.check(name + ": q", "EXITED 0" in s and not r.alternate_on(), s)
+    finally:
+        r.stop()
+
+
 TESTS = [test_live, test_sigterm, test_replay, test_follow, test_plain, test_pids,
-         test_unknown_terminal]
+         test_unknown_terminal, test_native_key]
 
 
 def main():
