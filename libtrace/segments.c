@@ -152,8 +152,8 @@ static int summarize(sqlite3 *db, const struct segment_info *first, const struct
             "INSERT INTO main.meta SELECT 'task_samples', sum(c.count) FROM main.sample_chunks c "
             "JOIN main.threads t ON t.ref = c.thread WHERE t.task_of IS NOT NULL "
             "HAVING count(*) > 0",
-            "INSERT OR REPLACE INTO main.meta VALUES ('errors', (SELECT coalesce(sum(count), 0) "
-            "FROM main.errors))",
+            ("INSERT OR REPLACE INTO main.meta VALUES ('errors', (SELECT coalesce(sum(count), 0) "
+             "FROM main.errors))"),
             "DELETE FROM main.meta WHERE key = 'segment'",
         };
         int rc = SQLITE_OK;
