@@ -439,12 +439,11 @@ int procfs_cmdline(pid_t pid, char *buf, size_t len)
         return 0;
 }
 
-int procfs_comm(pid_t pid, char *buf, size_t len)
+/* The comm file at `path` into buf, without its newline. */
+static int read_comm(const char *path, char *buf, size_t len)
 {
         if (len == 0)
                 return -EINVAL;
-        char path[64];
-        snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
         ssize_t n = read_small_file(path, buf, len);
         if (n < 0)
                 return (int)n;
@@ -452,6 +451,20 @@ int procfs_comm(pid_t pid, char *buf, size_t len)
                 n--;
         buf[n] = 0;
         return 0;
+}
+
+int procfs_comm(pid_t pid, char *buf, size_t len)
+{
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+        return read_comm(path, buf, len);
+}
+
+int procfs_thread_comm(pid_t pid, pid_t tid, char *buf, size_t len)
+{
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", (int)pid, (int)tid);
+        return read_comm(path, buf, len);
 }
 
 /* The line of `buf` that starts with `key`, from just after the key; NULL when none. */

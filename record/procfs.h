@@ -141,6 +141,9 @@ int procfs_cmdline(pid_t pid, char *buf, size_t len);
 /* The comm (executable name, at most 15 bytes) of `pid` into buf[len]. Returns 0 or -errno. */
 int procfs_comm(pid_t pid, char *buf, size_t len);
 
+/* The same for thread `tid` of `pid` (/proc/PID/task/TID/comm). */
+int procfs_thread_comm(pid_t pid, pid_t tid, char *buf, size_t len);
+
 /* Supplementary groups kept of a process's; more are dropped (that only ever denies access). */
 #define PROCFS_MAX_GROUPS 256
 

@@ -1110,15 +1110,9 @@ static int native_only_thread(struct sampler *s, pid_t tid)
         if (!s->k)
                 return 0;
         if (!t->ref) {
-                char path[64], comm[64] = "";
-                snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", (int)s->pid, (int)tid);
-                FILE *f = fopen(path, "re");
-                if (f) {
-                        if (!fgets(comm, sizeof(comm), f))
-                                comm[0] = 0;
-                        fclose(f);
-                        comm[strcspn(comm, "\n")] = 0;
-                }
+                char comm[64];
+                if (procfs_thread_comm(s->pid, tid, comm, sizeof(comm)) < 0)
+                        comm[0] = 0;
                 tsink_lock(s->k);
                 struct trace_thread_desc d = {.pid = s->pid,
                                               .tid = tid,
@@ -1575,15 +1569,9 @@ static int dump_native_only(struct sampler *s, FILE *out)
                         python = s->threads[j].host_tid == tid;
                 if (python)
                         continue;
-                char path[64], comm[64] = "";
-                snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", (int)s->pid, (int)tid);
-                FILE *f = fopen(path, "re");
-                if (f) {
-                        if (!fgets(comm, sizeof(comm), f))
-                                comm[0] = 0;
-                        fclose(f);
-                        comm[strcspn(comm, "\n")] = 0;
-                }
+                char comm[64];
+                if (procfs_thread_comm(s->pid, tid, comm, sizeof(comm)) < 0)
+                        comm[0] = 0;
                 int letter = stopper_thread_state(&s->stop, tid);
                 fprintf(out, "Thread (tid %d) \"%s\" %s, no Python\n", (int)tid, comm,
                         letter == 'R' ? "active" : "idle");
