@@ -630,6 +630,7 @@ struct recording {
         struct sources *sources; /* NULL with --no-source */
         struct sampler *samplers[MAX_PIDS];
         size_t n_samplers;
+        bool ticked[MAX_PIDS];     /* pass(): read in this pass */
         char output_buf[PATH_MAX]; /* the default output's name */
         bool created;              /* the trace file exists, made by us */
         pid_t child;               /* spawn mode */
@@ -1108,26 +1109,88 @@ static int sampling_priority(void)
 }
 
 /*
- * --blocking: the samples due while this pass held the threads of every
- * process are the pass's own (sampler_held). Without this, those instants
- * were sampled only after the release, or missed when the hold outlasted a
- * period, and holds are long exactly when a thread was running (a runnable
- * thread waits for a CPU before it stops): on a loaded 2-CPU machine a
- * thread busy 43% of the time at 1 kHz came out 5 points less busy.
+ * --blocking: the samples due while this pass held the threads of a process
+ * are that process's samples of the hold (sampler_held). Without this, those
+ * instants were sampled only after the release, or missed when the hold
+ * outlasted a period, and holds are long exactly when a thread was running
+ * (a runnable thread waits for a CPU before it stops): on a loaded 2-CPU
+ * machine a thread busy 43% of the time at 1 kHz came out 5 points less
+ * busy. With several processes, each is held in turn: a process whose hold
+ * covered the instant takes its sample now, and the pass of that slot reads
+ * only the others (sampler_took).
  */
-static void hold_over(struct recording *r, struct schedule *sch)
+static void hold_over(struct recording *r, struct schedule *sch, int64_t pass_start)
 {
+        if (!r->o->blocking || r->n_samplers == 0)
+                return;
         for (;;) {
                 int64_t due = schedule_due(sch);
-                if (!r->o->blocking || r->n_samplers == 0)
+                size_t held = 0;
+                for (size_t i = 0; i < r->n_samplers; i++)
+                        if (sampler_held(r->samplers[i], pass_start, due)) {
+                                sampler_hold_over(r->samplers[i], due);
+                                held++;
+                        }
+                if (held < r->n_samplers)
                         return;
-                for (size_t i = 0; i < r->n_samplers; i++)
-                        if (!sampler_held(r->samplers[i], due))
-                                return;
-                for (size_t i = 0; i < r->n_samplers; i++)
-                        sampler_hold_over(r->samplers[i], due);
                 schedule_next(sch);
         }
+}
+
+/*
+ * One sample of every process but those that took this slot's already
+ * (hold_over): all asked to stop, then each read once stopped, then all let
+ * go, then written (sampler_tick_hold). A process found gone is removed once
+ * none is held.
+ * Returns 0, or a fatal -errno with its message in err.
+ */
+static int pass(struct recording *r, int64_t slot_due, char *err, size_t errlen, int64_t now)
+{
+        enum { MAX_GONE = 16 };
+        struct sampler *gone[MAX_GONE];
+        size_t n_gone = 0;
+        int rc = 0;
+        for (size_t i = 0; i < r->n_samplers; i++) {
+                r->ticked[i] = false;
+                if (sampler_took(r->samplers[i], slot_due) || n_gone == MAX_GONE || rc < 0)
+                        continue;
+                int hrc = sampler_tick_stop(r->samplers[i], pf_now_mono_ns(), err, errlen);
+                if (hrc == -ESRCH)
+                        gone[n_gone++] = r->samplers[i];
+                else if (hrc < 0)
+                        rc = hrc; /* let the others go first */
+                else
+                        r->ticked[i] = true;
+        }
+        for (size_t i = 0; i < r->n_samplers; i++)
+                if (r->ticked[i])
+                        sampler_tick_read(r->samplers[i]);
+        for (size_t i = 0; i < r->n_samplers; i++)
+                if (r->ticked[i])
+                        sampler_release(r->samplers[i]);
+        char msg[512];
+        for (size_t i = 0; i < r->n_samplers; i++) {
+                if (!r->ticked[i])
+                        continue;
+                int frc = sampler_tick_finish(r->samplers[i], msg, sizeof(msg));
+                if (frc == -ESRCH && n_gone < MAX_GONE) {
+                        gone[n_gone++] = r->samplers[i];
+                } else if (frc < 0 && frc != -ESRCH && rc == 0) {
+                        rc = frc;
+                        snprintf(err, errlen, "%s", msg);
+                }
+        }
+        if (rc < 0)
+                return rc;
+        for (size_t g = 0; g < n_gone; g++) {
+                reap_child(r);
+                for (size_t i = 0; i < r->n_samplers; i++)
+                        if (r->samplers[i] == gone[g]) {
+                                remove_sampler(r, i, now);
+                                break;
+                        }
+        }
+        return 0;
 }
 
 /* The name of the file being written, for messages (the sampling thread's). */
@@ -1278,27 +1341,20 @@ static int record_loop(struct recording *r)
                         last_match = now;
                 }
                 const int64_t pass_start = now;
+                const int64_t slot_due = schedule_due(&sch);
                 shuffle_samplers(r, &sch);
                 for (size_t i = 0; i < r->n_samplers; i++)
                         sampler_set_horizon(r->samplers[i], schedule_next_slot(&sch));
-                for (size_t i = 0; i < r->n_samplers;) {
-                        int rc = sampler_tick(r->samplers[i], pf_now_mono_ns(), err, sizeof(err));
-                        if (rc == -ESRCH) {
-                                reap_child(r);
-                                remove_sampler(r, i, now);
-                                continue;
-                        }
-                        if (rc < 0) {
-                                fprintf(stderr, "%s%s: %s\n", r->tty ? "\n" : "", prog, err);
-                                return rc == -EPERM ? EXIT_PERMISSION
-                                       : rc == -EIO ? EXIT_OUTPUT
-                                                    : EXIT_INTERNAL;
-                        }
-                        i++;
+                int rc = pass(r, slot_due, err, sizeof(err), now);
+                if (rc < 0) {
+                        fprintf(stderr, "%s%s: %s\n", r->tty ? "\n" : "", prog, err);
+                        return rc == -EPERM ? EXIT_PERMISSION
+                               : rc == -EIO ? EXIT_OUTPUT
+                                            : EXIT_INTERNAL;
                 }
                 r->sampling_ns += pf_now_mono_ns() - pass_start;
                 schedule_next(&sch);
-                hold_over(r, &sch);
+                hold_over(r, &sch, pass_start);
                 maybe_rotate(r);
                 reap_child(r);
                 if (r->child_reaped) {

@@ -177,6 +177,8 @@ struct sampler {
         size_t n_last, cap_last;
         int64_t hold_from, hold_until;
         int64_t horizon; /* sampler_set_horizon() */
+        int64_t took_at; /* the instant sampler_hold_over() last wrote */
+        int walk_rc;     /* sampler_tick_hold()'s walk, for sampler_tick_finish() */
 
         /* --async: asyncio tasks (pytasks.c) sampled beside the threads. */
         bool async;
@@ -1360,13 +1362,27 @@ static void note_let_go(struct sampler *s)
         }
 }
 
-bool sampler_held(const struct sampler *s, int64_t t_ns)
+bool sampler_held(const struct sampler *s, int64_t since_ns, int64_t t_ns)
 {
-        return s->hold_until && s->hold_from <= t_ns && t_ns <= s->hold_until;
+        int64_t from = since_ns < s->hold_from ? since_ns : s->hold_from;
+        return s->hold_until && from <= t_ns && t_ns <= s->hold_until;
+}
+
+bool sampler_took(const struct sampler *s, int64_t t_ns)
+{
+        return s->took_at == t_ns;
 }
 
 void sampler_hold_over(struct sampler *s, int64_t t_ns)
 {
+        s->took_at = t_ns;
+        /*
+         * An instant of the pass before this process's own hold began (other
+         * processes were held then): the stacks were read at the hold, the
+         * sample is the tick's own instant, as a late one would be.
+         */
+        if (t_ns < s->hold_from)
+                t_ns = s->hold_from;
         for (size_t i = 0; i < s->n_last; i++) {
                 tsink_sample(s->k, s->last[i].ref, t_ns, s->last[i].stack, s->last[i].state);
                 s->st.samples++;
@@ -1374,16 +1390,30 @@ void sampler_hold_over(struct sampler *s, int64_t t_ns)
         }
 }
 
-int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
+int sampler_tick_stop(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
 {
         s->tick++;
         s->tick_ns = t_ns;
         s->st.ticks++;
+        if (!s->blocking)
+                return 0;
+        states_before_stop(s);
+        return stopper_request(&s->stop, s->pid, err, errlen);
+}
+
+int sampler_tick_hold(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
+{
+        int rc = sampler_tick_stop(s, t_ns, err, errlen);
+        if (rc == 0)
+                sampler_tick_read(s);
+        return rc;
+}
+
+void sampler_tick_read(struct sampler *s)
+{
+        const int64_t t_ns = s->tick_ns;
         if (s->blocking) {
-                states_before_stop(s);
-                int rc = stopper_stop(&s->stop, s->pid, err, errlen);
-                if (rc < 0)
-                        return rc;
+                stopper_wait(&s->stop);
                 if (s->native)
                         native_capture_all(s);
         } else if (s->capture) {
@@ -1399,16 +1429,26 @@ int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
         s->hold_until = 0;
         s->n_tick_stacks = 0;
         s->tick_frames.len = 0;
-        int rc = pywalk_sample(s->walk, on_thread, s);
-        if (s->blocking) {
-                if (stopper_holding()) {
-                        s->hold_until = pf_now_mono_ns();
-                        if (s->hold_until >= s->horizon)
-                                stopper_read_syscalls(&s->stop);
-                }
-                stopper_resume(&s->stop);
-                note_let_go(s);
+        s->walk_rc = pywalk_sample(s->walk, on_thread, s);
+}
+
+void sampler_release(struct sampler *s)
+{
+        if (!s->blocking)
+                return;
+        if (stopper_holds(&s->stop)) {
+                s->hold_until = pf_now_mono_ns();
+                if (s->hold_until >= s->horizon)
+                        stopper_read_syscalls(&s->stop);
         }
+        stopper_resume(&s->stop);
+        note_let_go(s);
+}
+
+int sampler_tick_finish(struct sampler *s, char *err, size_t errlen)
+{
+        int rc = s->walk_rc;
+        const int64_t t_ns = s->tick_ns;
         for (size_t i = 0; i < s->n_held && rc >= 0; i++) {
                 struct pywalk_thread *th = &s->held[i];
                 th->frames = (struct pywalk_frame *)(s->held_frames.data + (uintptr_t)th->frames);
@@ -1456,6 +1496,15 @@ int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
                         tsink_unlock(s->k);
         }
         return 0;
+}
+
+int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
+{
+        int rc = sampler_tick_hold(s, t_ns, err, errlen);
+        if (rc < 0)
+                return rc;
+        sampler_release(s);
+        return sampler_tick_finish(s, err, errlen);
 }
 
 /* ---- dump ------------------------------------------------------------- */

@@ -27,12 +27,21 @@
 
 #define STOP_WAIT_NS 1000000000LL
 
-/* Whether this thread holds threads of a target stopped now (stopper_holding()). */
-static _Thread_local bool holding;
+/*
+ * How many stoppers of this thread hold threads of a target stopped now
+ * (stopper_holding()): a pass of --blocking holds every process it reads
+ * until all are read.
+ */
+static _Thread_local unsigned holding;
 
 bool stopper_holding(void)
 {
-        return holding;
+        return holding > 0;
+}
+
+bool stopper_holds(const struct stopper *s)
+{
+        return s->holding;
 }
 
 static long long mono_ns(void)
@@ -165,8 +174,10 @@ static bool is_running(int state)
         return state == 'R' || state < 0; /* unknown: hold it, to be safe */
 }
 
-int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen)
+int stopper_request(struct stopper *s, pid_t pid, char *err, size_t errlen)
 {
+        if (s->holding)
+                stopper_resume(s); /* never two holds of one stopper at once */
         if (s->pid != pid) {
                 stopper_free(s);
                 s->pid = pid;
@@ -251,6 +262,17 @@ int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen)
                 sigprocmask(SIG_SETMASK, &old, NULL);
                 return rc;
         }
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        return 0;
+}
+
+void stopper_wait(struct stopper *s)
+{
+        /* Stops reported before SIGCHLD was blocked are seen by waitid() first. */
+        sigset_t chld, old;
+        sigemptyset(&chld);
+        sigaddset(&chld, SIGCHLD);
+        sigprocmask(SIG_BLOCK, &chld, &old);
         long long deadline = mono_ns() + STOP_WAIT_NS;
         for (size_t i = 0; i < s->n; i++) {
                 struct stopper_thread *t = &s->threads[i];
@@ -266,9 +288,18 @@ int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen)
         }
         sigprocmask(SIG_SETMASK, &old, NULL);
         s->stops++;
-        for (size_t i = 0; i < s->n && !holding; i++)
-                holding = s->threads[i].held;
-        return 0;
+        for (size_t i = 0; i < s->n && !s->holding; i++)
+                s->holding = s->threads[i].held;
+        if (s->holding)
+                holding++;
+}
+
+int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen)
+{
+        int rc = stopper_request(s, pid, err, errlen);
+        if (rc == 0)
+                stopper_wait(s);
+        return rc;
 }
 
 const struct stopper_thread *stopper_thread(const struct stopper *s, pid_t tid)
@@ -304,7 +335,9 @@ void stopper_resume(struct stopper *s)
                 s->threads[i].was_held = s->threads[i].held;
                 s->threads[i].held = 0;
         }
-        holding = false;
+        if (s->holding)
+                holding--;
+        s->holding = false;
 }
 
 void stopper_free(struct stopper *s)

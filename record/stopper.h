@@ -38,6 +38,7 @@ struct stopper {
         unsigned long long stops;    /* samples taken with threads held */
         unsigned long long timeouts; /* threads that did not stop in time */
         bool own_child;              /* pid is our child (spawn mode): we reap its leader */
+        bool holding;                /* stopper_holds() */
 };
 
 /*
@@ -47,6 +48,15 @@ struct stopper {
  * -errno, in which case nothing is left seized.
  */
 int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen);
+/*
+ * stopper_stop() in two steps, to stop several processes at once: ask the
+ * running threads to stop (same returns; on failure nothing is left
+ * seized), then wait until they have (a thread that does not stop within a
+ * second is let go). Each stopper_request() must be followed by its
+ * stopper_wait() before anything else is done with the stopper.
+ */
+int stopper_request(struct stopper *s, pid_t pid, char *err, size_t errlen);
+void stopper_wait(struct stopper *s);
 
 /* Host thread `tid` as the last stopper_stop() left it, or NULL if it has none. */
 const struct stopper_thread *stopper_thread(const struct stopper *s, pid_t tid);
@@ -67,6 +77,9 @@ void stopper_resume(struct stopper *s);
  * it (tsink_lock() asserts this).
  */
 bool stopper_holding(void);
+
+/* Whether this stopper holds stopped threads now (from stopper_stop() to stopper_resume()). */
+bool stopper_holds(const struct stopper *s);
 
 /* Resume, close cached files, free. The struct may be reused after. */
 void stopper_free(struct stopper *s);

@@ -639,6 +639,47 @@ def test_hold_over(r, label, py, mode):
             n >= 1000 and held > 0 and abs(got - truth) <= 0.04)
 
 
+def test_hold_over_two(r, label, py, mode):
+    """--blocking with two processes (-s): each pass holds both until both are read, so an
+    instant during it finds both held. Held one after the other, the instants after the
+    first one's release were sampled after the pass, that program right where it resumed
+    (the function it was held in had passed its deadline and ended), and a third to a
+    half of the slots were missed: beside a busy loop, each program's 70% function came
+    out 8-20 points low. Two CPUs: the recorder on one, the programs and the loop on the
+    other."""
+    if mode != "blocking" or not on_cpu(0):
+        return
+    truth_file = os.path.join(r.tmp, "truth.json")
+    db = r.out("holdover2-%s" % label)
+    hog = subprocess.Popen(on_cpu(0) + ["sh", "-c", "while :; do :; done"])
+    try:
+        p = r.rec(["-o", db, "-r", "1000", "--blocking", "-s", "--"] + on_cpu(0) +
+                  [py, ACCURACY, "twoproc", "3", truth_file, "0.0007", "0.0003"],
+                  prefix=on_cpu(1))
+    finally:
+        hog.kill()
+        hog.wait()
+    if not r.check("%s %s hold-over, two processes: recorded beside a busy loop" % (label, mode),
+                   p.returncode == 0, p.stderr):
+        return
+    with open(truth_file) as f:
+        truth = json.load(f)
+    meta = r.info(db)["meta"]
+    for pid in sorted(truth):
+        rows = json.loads(r.rep(["--by-function", "--format", "json", "--top", "0", "--idle",
+                                 "--pid", pid, db]))
+        x = sum(row["self"] for row in rows["rows"] if row["function"] == "hot_a")
+        y = sum(row["self"] for row in rows["rows"] if row["function"] == "hot_b")
+        n = x + y
+        got = x / n if n else 0.0
+        bound = max(0.06, 4 * math.sqrt(0.21 / max(n, 1)))
+        r.check("%s %s hold-over, two processes: hot_a of process %s %.1f%% of %d samples, "
+                "truly %.1f%% (within %.0f points; %s held over, %s missed)"
+                % (label, mode, pid, 100 * got, n, 100 * truth[pid]["hot_a"], 100 * bound,
+                   meta.get("held_over_samples"), meta.get("missed_deadlines")),
+                n >= 1000 and abs(got - truth[pid]["hot_a"]) <= bound)
+
+
 def test_dump_consistent(r, label, py, mode):
     """--dump of a stack that changes every few tens of ns, from another CPU: always whole."""
     target = subprocess.Popen(on_cpu(0) + [py, ACCURACY, "faststack", "60", os.devnull, "1"])
@@ -788,7 +829,7 @@ def mode_flags(mode):
 
 TESTS = [test_hot, test_ratio, test_threads, test_threads_proc_state, test_generators, test_exit_status, test_attach,
          test_subprocesses, test_subprocess_churn, test_container, test_signals, test_dump, test_dump_consistent,
-         test_cli, test_accuracy, test_hold_over]
+         test_cli, test_accuracy, test_hold_over, test_hold_over_two]
 
 
 def main():
