@@ -118,10 +118,11 @@ int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen);
  * let go before the next was held, the instants after one's release were
  * sampled only after the pass, each program right where it resumed (the
  * deadline of the function it was held in passed meanwhile, and it had just
- * moved on), and two processes busy 70/30 at 1 kHz came out at 62-69% on a
- * loaded 2-CPU machine. sampler_tick_hold() returns what sampler_tick()
- * would for a failed stop (nothing is held then); otherwise 0, and the
- * other two must follow. Without --blocking, sampler_release() does nothing.
+ * moved on), and a third to a half of the slots were missed: two processes
+ * busy 70/30 at 1 kHz came out 2.8-3.6 points low on a loaded 2-CPU machine
+ * (bench/accuracy.py --cases twoproc --modes blocking --rates 1000). sampler_tick_hold() returns
+ * what sampler_tick() would for a failed stop (nothing is held then); otherwise 0, and the other
+ * two must follow. Without --blocking, sampler_release() does nothing.
  */
 int sampler_tick_hold(struct sampler *s, int64_t t_ns, char *err, size_t errlen);
 /*
@@ -147,14 +148,11 @@ int sampler_tick_finish(struct sampler *s, char *err, size_t errlen);
  * stop to its release, so its stack at any instant in between is the one
  * read (and it was on its way there from the tick's start until the stop
  * reached it, tens of microseconds); the threads asleep then were read in
- * the same hold. An instant earlier in the pass, while the ticks of other
- * processes held theirs, finds this one's held stacks a little later than
- * it fell, by the length of other processes' holds, which do not depend on
- * where this one's program was: such a sample is late, not skewed. Taken
- * after the release instead, it would find the program where it resumed,
- * always at the same point of its code (a deadline that passed during the
- * hold ends the function held), and two processes recorded together at
- * 1 kHz with --blocking came out 2-3 points off on a loaded machine.
+ * the same hold. Every process of a pass is asked to stop at its start
+ * (sampler_tick_stop), so an instant from then on finds each one on its
+ * way to the stop or stopped. Taken after the release instead, it would
+ * find the program where it resumed, always at the same point of its code
+ * (a deadline that passed during the hold ends the function held).
  */
 bool sampler_held(const struct sampler *s, int64_t since_ns, int64_t t_ns);
 /*
