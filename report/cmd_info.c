@@ -33,20 +33,38 @@ struct info {
 };
 
 /* Sample intervals and their span for one thread; false when it has fewer than two samples. */
-static bool thread_span(const struct trace_thread *t, uint64_t *intervals, int64_t *span_ns)
+static bool thread_span(const struct trace_reader *r, const struct trace_thread *t,
+                        uint64_t *intervals, int64_t *span_ns)
 {
         if (t->samples < 2 || t->first_ns < 0 || t->last_ns <= t->first_ns)
                 return false;
-        *intervals = t->samples - 1;
-        *span_ns = t->last_ns - t->first_ns;
+        uint64_t n = t->samples - 1;
+        int64_t span = t->last_ns - t->first_ns;
+        /* Time in a gap of a set (files missing) was not sampled: neither it nor the step over it
+         * counts. */
+        uint32_t n_gaps = trace_reader_gap_count(r);
+        for (uint32_t i = 0; i < n_gaps; i++) {
+                struct trace_gap g;
+                if (trace_reader_gap_at(r, i, &g) < 0 || g.to_ns <= t->first_ns ||
+                    g.from_ns >= t->last_ns)
+                        continue;
+                int64_t a = g.from_ns > t->first_ns ? g.from_ns : t->first_ns;
+                int64_t b = g.to_ns < t->last_ns ? g.to_ns : t->last_ns;
+                span -= b - a;
+                n -= n > 1;
+        }
+        if (span <= 0)
+                return false;
+        *intervals = n;
+        *span_ns = span;
         return true;
 }
 
-static double thread_rate(const struct trace_thread *t)
+static double thread_rate(const struct trace_reader *r, const struct trace_thread *t)
 {
         uint64_t n;
         int64_t span;
-        return thread_span(t, &n, &span) ? (double)n * 1e9 / (double)span : 0.0;
+        return thread_span(r, t, &n, &span) ? (double)n * 1e9 / (double)span : 0.0;
 }
 
 /*
@@ -77,7 +95,7 @@ static int info_gather(struct trace_reader *r, struct info *in, uint64_t *found)
                         continue; /* an asyncio task's samples, not a thread's */
                 uint64_t k;
                 int64_t s;
-                if (thread_span(&t, &k, &s)) {
+                if (thread_span(r, &t, &k, &s)) {
                         intervals += k;
                         span += (double)s;
                 }
@@ -268,7 +286,7 @@ static int threads_table(struct trace_reader *r, struct table *t, struct table_c
                                 c[k].num = (int64_t)th.samples;
                                 break;
                         case H_RATE:
-                                c[k].real = thread_rate(&th);
+                                c[k].real = thread_rate(r, &th);
                                 c[k].null = c[k].real == 0;
                                 break;
                         case H_FIRST:

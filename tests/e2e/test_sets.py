@@ -5,9 +5,10 @@ Pyroscope recipe (scripts/pyroscope-push.sh as --on-rotate).
 
 For each interpreter (2.7, 3.9 and 3.12 by default), a workload whose worker
 thread runs phase_a until the test creates a file, then phase_b, is recorded
-with --rotate 1s into 5 or more files, the switch made while the third file
-is written (so files 1-2 are all phase_a, 4 and after all phase_b). Then:
+with --rotate 1s into 8 or more files, the switch made while the fourth file
+is written (so files 1-3 are all phase_a, 5 and after all phase_b). Then:
 
+- the directory reads while the recorder writes its last file;
 - every report read over the directory, over the files listed in reverse
   order and over a quoted glob prints exactly what it prints over the
   same files joined by `pyflame-report join` (folded, by-line CSV, slices
@@ -19,8 +20,8 @@ is written (so files 1-2 are all phase_a, 4 and after all phase_b). Then:
   segment's span and number, --slices marks exactly the slices that overlap
   it, and the report counts every sample of the other files;
 - files of two different recordings are refused, the message saying merge;
-- pyflame-diff DIR --base-since/--base-until (files 1-2) --since/--until
-  (files 4-5) counts each side's samples exactly, and --fail-on self:+50pp
+- pyflame-diff DIR --base-since/--base-until (files 1-3) --since/--until
+  (files 5 to the last) counts each side's samples exactly, and --fail-on self:+50pp
   trips on phase_b (exit 1), while the same window on both sides does not;
 - the Pyroscope recipe: --on-rotate runs scripts/pyroscope-push.sh for each
   file, and a local HTTP listener receives one POST /ingest per file, in
@@ -255,10 +256,15 @@ def record_set(r, label, py, ingest):
     try:
         p = r.start(["-p", str(t.pid), "-o", os.path.join(d, "run.db"), "--rotate", "1s",
                      "--on-rotate", push], d)
-        r.wait_rotations(d, 2, p)
+        r.wait_rotations(d, 3, p)
+        # While the recorder writes the last file, the set reads (up to its last flush).
+        rc, out, err = r.run(["info", "--format", "json", d])
+        live = json.loads(out.decode()) if rc == 0 else {}
+        r.check("%s: the set reads while its last file is being written" % label,
+                rc == 0 and not live["finalized"] and live["samples"] > 0, err)
         with open(switch, "w"):
             pass
-        r.wait_rotations(d, 4, p)
+        r.wait_rotations(d, 7, p)
         rc, out, err = r.stop(p, d)
     finally:
         t.kill()
@@ -271,7 +277,7 @@ def test_sets(r, label, py):
     ingest = Ingest()
     try:
         d, files, err = record_set(r, label, py, ingest)
-        if not r.check("%s: 5 files or more" % label, len(files) >= 5,
+        if not r.check("%s: 8 files or more" % label, len(files) >= 8,
                        str(os.listdir(d)) + err):
             return
         # The recorder ran --on-rotate for the last file before it exited; allow a moment.
@@ -438,9 +444,9 @@ def check_diff_windows(r, label, d, files):
     times = sample_times(joined)
     first = int(files[0][1]["start_mono_ns"])
     wall = int(files[0][1]["start_wall_ns"])
-    # Base: files 1-2 (phase_a); new: files 4 to the last (phase_b).
-    b0, b1 = 0, int(files[1][1]["end_mono_ns"]) - first
-    n0, n1 = int(files[3][1]["start_mono_ns"]) - first, int(files[-1][1]["end_mono_ns"]) - first
+    # Base: files 1-3 (phase_a); new: files 5 to the last (phase_b), 3 s or more each.
+    b0, b1 = 0, int(files[2][1]["end_mono_ns"]) - first
+    n0, n1 = int(files[4][1]["start_mono_ns"]) - first, int(files[-1][1]["end_mono_ns"]) - first
     args = [d, "--base-since", iso(wall + b0), "--base-until", iso(wall + b1),
             "--since", iso(wall + n0), "--until", iso(wall + n1)]
     rc, out, err = r.diff(args + ["--fail-on", "self:+50pp"])
