@@ -6,7 +6,8 @@ Pyroscope recipe (scripts/pyroscope-push.sh as --on-rotate).
 For each interpreter (2.7, 3.9 and 3.12 by default), a workload whose worker
 thread runs phase_a until the test creates a file, then phase_b, is recorded
 with --rotate 1s into 8 or more files, the switch made while the fourth file
-is written (so files 1-3 are all phase_a, 5 and after all phase_b). Then:
+is written (so the files that ended before it are all phase_a, those that
+began after it all phase_b). Then:
 
 - the directory reads while the recorder writes its last file;
 - every report read over the directory, over the files listed in reverse
@@ -20,8 +21,8 @@ is written (so files 1-3 are all phase_a, 5 and after all phase_b). Then:
   segment's span and number, --slices marks exactly the slices that overlap
   it, and the report counts every sample of the other files;
 - files of two different recordings are refused, the message saying merge;
-- pyflame-diff DIR --base-since/--base-until (files 1-3) --since/--until
-  (files 5 to the last) counts each side's samples exactly, and --fail-on self:+50pp
+- pyflame-diff DIR --base-since/--base-until (the files before the switch)
+  --since/--until (the files after it) counts each side's samples exactly, and --fail-on self:+50pp
   trips on phase_b (exit 1), while the same window on both sides does not;
 - the Pyroscope recipe: --on-rotate runs scripts/pyroscope-push.sh for each
   file, and a local HTTP listener receives one POST /ingest per file, in
@@ -257,26 +258,27 @@ def record_set(r, label, py, ingest):
         p = r.start(["-p", str(t.pid), "-o", os.path.join(d, "run.db"), "--rotate", "1s",
                      "--on-rotate", push], d)
         r.wait_rotations(d, 3, p)
+        with open(switch, "w"):
+            pass
+        switched = int(time.time() * 1e9)
         # While the recorder writes the last file, the set reads (up to its last flush).
         rc, out, err = r.run(["info", "--format", "json", d])
         live = json.loads(out.decode()) if rc == 0 else {}
         r.check("%s: the set reads while its last file is being written" % label,
                 rc == 0 and not live["finalized"] and live["samples"] > 0, err)
-        with open(switch, "w"):
-            pass
         r.wait_rotations(d, 7, p)
         rc, out, err = r.stop(p, d)
     finally:
         t.kill()
         t.wait()
     r.check("%s: recorder exit 0" % label, rc == 0, err)
-    return d, r.set_files(d), err
+    return d, r.set_files(d), err, switched
 
 
 def test_sets(r, label, py):
     ingest = Ingest()
     try:
-        d, files, err = record_set(r, label, py, ingest)
+        d, files, err, switched = record_set(r, label, py, ingest)
         if not r.check("%s: 8 files or more" % label, len(files) >= 8,
                        str(os.listdir(d)) + err):
             return
@@ -288,7 +290,7 @@ def test_sets(r, label, py):
         check_wall_selection(r, label, d, files)
         check_gap(r, label, d, files)
         check_different_recordings(r, label, py, files)
-        check_diff_windows(r, label, d, files)
+        check_diff_windows(r, label, d, files, switched)
         check_pyroscope(r, label, files, ingest.requests)
     finally:
         ingest.close()
@@ -438,15 +440,21 @@ def check_different_recordings(r, label, py, files):
     r.check("%s: one file given twice is refused" % name, rc == 2 and "twice" in err, err)
 
 
-def check_diff_windows(r, label, d, files):
+def check_diff_windows(r, label, d, files, switched):
     name = "%s diff over two windows" % label
     joined = os.path.join(r.tmp, "joined-%s.db" % label)
     times = sample_times(joined)
     first = int(files[0][1]["start_mono_ns"])
     wall = int(files[0][1]["start_wall_ns"])
-    # Base: files 1-3 (phase_a); new: files 5 to the last (phase_b), 3 s or more each.
-    b0, b1 = 0, int(files[2][1]["end_mono_ns"]) - first
-    n0, n1 = int(files[4][1]["start_mono_ns"]) - first, int(files[-1][1]["end_mono_ns"]) - first
+    # Base: the files that ended before the switch (phase_a); new: those that
+    # started 0.2 s or more after it (phase_b): 3 files or more each, normally.
+    before = [m for _, m in files if int(m["end_wall_ns"]) <= switched]
+    after = [m for _, m in files if int(m["start_wall_ns"]) >= switched + 200000000]
+    if not r.check("%s: two files or more before the switch and after it" % name,
+                   len(before) >= 2 and len(after) >= 2, "%d, %d" % (len(before), len(after))):
+        return
+    b0, b1 = 0, int(before[-1]["end_mono_ns"]) - first
+    n0, n1 = int(after[0]["start_mono_ns"]) - first, int(after[-1]["end_mono_ns"]) - first
     args = [d, "--base-since", iso(wall + b0), "--base-until", iso(wall + b1),
             "--since", iso(wall + n0), "--until", iso(wall + n1)]
     rc, out, err = r.diff(args + ["--fail-on", "self:+50pp"])
@@ -478,7 +486,10 @@ def check_pyroscope(r, label, files, requests):
     for (f, m), (method, path, body) in zip(files, requests):
         u = urlsplit(path)
         q = parse_qs(u.query)
-        start, end = int(m["start_wall_ns"]), int(m["end_wall_ns"])
+        # The span as info gives it: the wall-clock start plus the duration (the
+        # samples' time line; meta end_wall_ns is a clock read of its own).
+        start = int(m["start_wall_ns"])
+        end = start + int(m["duration_ns"])
         want = {"name": ["app.cpu{env=ci,interp=%s}" % label],
                 "from": [str(start // 10 ** 9)],
                 "until": [str(-(-end // 10 ** 9))],
