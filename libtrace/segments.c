@@ -34,6 +34,7 @@ struct segment_info {
         int64_t start_mono, end_mono, start_wall, end_wall, segment;
         char set[128];
         bool finished;
+        bool joined; /* itself a join of files of the set (meta segments) */
         const char *path;
 };
 
@@ -92,6 +93,8 @@ static int read_info(sqlite3 *db, struct segment_info *si)
                         si->end_wall = v;
                 else if (!strcmp(k, TRACE_META_SEGMENT))
                         si->segment = v;
+                else if (!strcmp(k, "segments"))
+                        si->joined = true;
                 else if (!strcmp(k, TRACE_META_SEGMENT_SET)) {
                         const char *t = (const char *)sqlite3_column_text(st, 1);
                         snprintf(si->set, sizeof(si->set), "%s", t ? t : "");
@@ -283,6 +286,12 @@ static int order_set(struct trace_writer *w, struct segment_info *si, size_t n, 
                                                  "%s is not a file of a rotating recording (no "
                                                  "meta segment_set); to read several recordings "
                                                  "together, merge them with pyflame-report merge",
+                                                 si[i].path);
+                if (si[i].joined)
+                        return trace_writer_fail(w, TRACE_ERR_ARG,
+                                                 "%s is already the files of a rotation joined "
+                                                 "(a snapshot, or pyflame-report join): read it "
+                                                 "alone, or leave it out",
                                                  si[i].path);
                 if (strcmp(si[i].set, si[0].set))
                         return trace_writer_fail(w, TRACE_ERR_ARG,

@@ -187,7 +187,8 @@ static int add_directory(struct inputs *in, const char *dir)
         size_t before = in->n;
         struct dirent *e;
         while ((e = readdir(d)) != NULL) {
-                if (e->d_name[0] == '.')
+                /* Hidden files, and the flight recorder's snapshots (joins of the others). */
+                if (e->d_name[0] == '.' || strstr(e->d_name, "-snapshot-"))
                         continue;
                 size_t n = strlen(dir) + strlen(e->d_name) + 2;
                 char *p = malloc(n);

@@ -8,7 +8,7 @@
  * and files that do not follow each other are not joined. Reading a set
  * (trace_reader_open_set): the files in any order read as the joined
  * trace, a missing file a gap with its span and segment, files of another
- * set or given twice refused, nothing left in TMPDIR.
+ * set, given twice or already joined refused, nothing left in TMPDIR.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -330,6 +330,20 @@ static void test_open_set_refuses(void **state)
         assert_int_equal(trace_reader_open_set(twice, 2, &r), TRACE_ERR_ARG);
         assert_non_null(strstr(trace_reader_errmsg(r), "twice"));
         trace_reader_close(r);
+        /* A join of the set (a snapshot) beside its files would count them twice. */
+        char *joined = tu_path(f->dir, "snap.db");
+        const char *parts[] = {f->file[0], f->file[1]};
+        w = NULL;
+        if (trace_join_segments(joined, TRACE_CREATE_FORCE, parts, 2, &w) != 0)
+                fail_msg("join: %s", trace_writer_errmsg(w));
+        trace_writer_free(w);
+        const char *with_join[] = {joined, f->file[2]};
+        r = NULL;
+        assert_int_equal(trace_reader_open_set(with_join, 2, &r), TRACE_ERR_ARG);
+        assert_non_null(strstr(trace_reader_errmsg(r), "already the files of a rotation joined"));
+        trace_reader_close(r);
+        unlink(joined);
+        free(joined);
         unlink(other);
         free(other);
 }
