@@ -13,7 +13,9 @@ began after it all phase_b). Then:
 - every report read over the directory, over the files listed in reverse
   order and over a quoted glob prints exactly what it prints over the
   same files joined by `pyflame-report join` (folded, by-line CSV, slices
-  CSV, annotate JSON, info's counts, the pprof export's samples);
+  CSV, annotate JSON, info's counts, the pprof export's samples); a
+  snapshot in the directory is left out, a join named beside its files
+  refused;
 - --since/--until (ISO-8601 UTC to the nanosecond, and -2s from the end)
   select exactly the samples whose timestamps, decoded from the trace's
   sample chunks here, lie in the window (from inclusive, until exclusive);
@@ -317,6 +319,17 @@ def check_same_as_join(r, label, d, files):
             r.check("%s: %s over %s == over the joined file" % (name, vname, iname),
                     got[0] == 0 and want[0] == 0 and got[1] == want[1] and got[1],
                     "%s %s" % (got[2], want[2]))
+    # A flight-recorder snapshot in the directory is left out; a join named
+    # explicitly beside its files is refused (it would count them twice).
+    snap = os.path.join(d, "run-snapshot-20261202T000000Z.db")
+    shutil.copy(joined, snap)
+    got, want = r.run([d]), r.run([joined])
+    r.check("%s: a snapshot in the directory is left out" % name,
+            got[0] == 0 and got[1] == want[1], got[2])
+    rc, _, err = r.run([snap] + paths[-1:])
+    r.check("%s: a join beside its files is refused" % name,
+            rc == 2 and "already the files of a rotation joined" in err, err)
+    os.unlink(snap)
     _, wj, _ = r.run(["info", "--format", "json", joined])
     rc, gj, err = r.run(["info", "--format", "json", d])
     if r.check("%s: info over the directory" % name, rc == 0, err):
