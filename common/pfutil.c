@@ -191,6 +191,99 @@ int pf_parse_duration(const char *s, int64_t *ns, bool *percent)
         return 0;
 }
 
+/* Exactly `n` decimal digits at *p, moved past; -1 when not. */
+static int take_digits(const char **p, int n)
+{
+        int v = 0;
+        for (int i = 0; i < n; i++) {
+                if (!isdigit((unsigned char)(*p)[i]))
+                        return -1;
+                v = v * 10 + ((*p)[i] - '0');
+        }
+        *p += n;
+        return v;
+}
+
+/* Days from 1970-01-01 to y-m-d in the proleptic Gregorian calendar (H. Hinnant's). */
+static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
+{
+        y -= m <= 2;
+        int64_t era = (y >= 0 ? y : y - 399) / 400;
+        unsigned yoe = (unsigned)(y - era * 400);
+        unsigned doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+        unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+        return era * 146097 + (int64_t)doe - 719468;
+}
+
+static int days_in_month(int y, int m)
+{
+        static const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+        bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+        return m == 2 && leap ? 29 : days[m - 1];
+}
+
+int pf_parse_wall_time(const char *s, int64_t *ns, bool *relative)
+{
+        if (!s || !*s)
+                return -1;
+        if (s[0] == '-') {
+                int64_t d;
+                if (pf_parse_duration(s + 1, &d, NULL) < 0)
+                        return -1;
+                *ns = -d;
+                *relative = true;
+                return 0;
+        }
+        const char *p = s;
+        int y = take_digits(&p, 4);
+        int mo = *p == '-' ? (p++, take_digits(&p, 2)) : -1;
+        int d = *p == '-' ? (p++, take_digits(&p, 2)) : -1;
+        if (y < 1970 || y > 2262 || mo < 1 || mo > 12 || d < 1 || d > days_in_month(y, mo))
+                return -1;
+        int64_t secs = days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400;
+        int64_t frac = 0;
+        if (*p == 'T' || *p == 't' || *p == ' ') {
+                p++;
+                int h = take_digits(&p, 2);
+                int mi = *p == ':' ? (p++, take_digits(&p, 2)) : -1;
+                int sec = 0;
+                if (*p == ':' && (p++, sec = take_digits(&p, 2)) < 0)
+                        return -1;
+                if (h < 0 || h > 23 || mi < 0 || mi > 59 || sec > 60)
+                        return -1;
+                if (*p == '.' || *p == ',') {
+                        p++;
+                        int64_t scale = 100000000;
+                        if (!isdigit((unsigned char)*p))
+                                return -1;
+                        for (; isdigit((unsigned char)*p); p++, scale /= 10)
+                                frac += scale * (*p - '0');
+                }
+                secs += h * 3600 + mi * 60 + sec;
+                /* The zone: required with a time of day. */
+                if (*p == 'Z' || *p == 'z') {
+                        p++;
+                } else if (*p == '+' || *p == '-') {
+                        int sign = *p++ == '-' ? -1 : 1;
+                        int oh = take_digits(&p, 2), om = 0;
+                        if (*p == ':')
+                                p++;
+                        if (isdigit((unsigned char)*p))
+                                om = take_digits(&p, 2);
+                        if (oh < 0 || oh > 23 || om < 0 || om > 59)
+                                return -1;
+                        secs -= sign * (oh * 3600 + om * 60);
+                } else {
+                        return -1;
+                }
+        }
+        if (*p)
+                return -1;
+        *ns = secs * 1000000000 + frac;
+        *relative = false;
+        return 0;
+}
+
 int pf_parse_rate(const char *s, double *hz)
 {
         if (!s || !*s)

@@ -75,6 +75,19 @@ static inline int64_t pf_unzigzag(uint64_t v)
  */
 int pf_parse_duration(const char *s, int64_t *ns, bool *percent);
 
+/*
+ * Parse a wall-clock time for a report's selection: ISO-8601 in UTC
+ * ("2026-12-01T22:00:00Z", seconds optional and with a fraction, "T" or a
+ * space between date and time, "Z" or a numeric offset such as "+01:00";
+ * a time of day without a zone is refused, since the reader cannot know
+ * the writer's; a bare date "2026-12-01" is its midnight UTC), or a time
+ * before the end of the recording ("-1h", "-10m", "-30s": a '-' and a
+ * duration as pf_parse_duration takes it). Returns 0 with *relative false
+ * and *ns the nanoseconds since the epoch, or *relative true and *ns the
+ * offset from the end (<= 0); -1 on a malformed string (outputs untouched).
+ */
+int pf_parse_wall_time(const char *s, int64_t *ns, bool *relative);
+
 /* Parse a rate: "100", "1khz", "250hz", "1k". Returns 0 and sets *hz, or -1. */
 int pf_parse_rate(const char *s, double *hz);
 

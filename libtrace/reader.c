@@ -1168,6 +1168,105 @@ TRACE_API int trace_reader_open(const char *path, struct trace_reader **out)
         return rc;
 }
 
+/* Is `path` a trace this reader reads? 0, or the status with the message on `r`. */
+static int check_readable(struct trace_reader *r, const char *path)
+{
+        struct trace_reader *one = NULL;
+        int rc = trace_reader_open(path, &one);
+        if (rc < 0)
+                fail(r, rc, "%s", one ? one->errmsg : trace_status_str(rc));
+        trace_reader_close(one);
+        return rc < 0 ? rc : 0;
+}
+
+TRACE_API int trace_reader_open_set(const char *const *paths, size_t n, struct trace_reader **out)
+{
+        if (!out)
+                return TRACE_ERR_ARG;
+        if (paths && n == 1)
+                return trace_reader_open(paths[0], out);
+        struct trace_reader *r = calloc(1, sizeof(*r));
+        if (!r)
+                return TRACE_ERR_NOMEM;
+        *out = r;
+        if (!paths || n == 0)
+                return fail(r, TRACE_ERR_ARG, "no trace file given");
+        int rc = 0;
+        for (size_t i = 0; i < n && rc == 0; i++)
+                rc = check_readable(r, paths[i]);
+        if (rc < 0)
+                return rc;
+        const char *tmp = getenv("TMPDIR");
+        char dir[PATH_MAX], joined[PATH_MAX + 16];
+        snprintf(dir, sizeof(dir), "%s/pyflame-set-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(dir))
+                return fail(r, TRACE_ERR_IO,
+                            "the files are read as one through a temporary file, which cannot "
+                            "be made in %s: %s (set TMPDIR to a writable directory with room "
+                            "for a copy of them)",
+                            tmp && *tmp ? tmp : "/tmp", strerror(errno));
+        snprintf(joined, sizeof(joined), "%s/set.db", dir);
+        struct trace_writer *w = NULL;
+        rc = trace_join_set(joined, paths, n, &w);
+        if (rc < 0)
+                fail(r, rc, "%s", w ? trace_writer_errmsg(w) : trace_status_str(rc));
+        trace_writer_free(w);
+        if (rc == 0) {
+                if (!(r->path = strdup(joined)))
+                        rc = fail_nomem(r);
+                else if ((rc = check_file(r)) == 0)
+                        rc = load(r);
+        }
+        /* An open file stays readable once unlinked: nothing is left behind. */
+        unlink(joined);
+        rmdir(dir);
+        if (rc == 0) {
+                /* Messages from now on name the files, not the copy. */
+                char *name = strdup(paths[0]);
+                if (!name)
+                        return fail_nomem(r);
+                free(r->path);
+                r->path = name;
+        }
+        return rc;
+}
+
+/* Parse the i-th gap of meta gaps; false past the end or on a malformed entry. */
+static bool gap_parse(const struct trace_reader *r, uint32_t i, struct trace_gap *out)
+{
+        const char *p = trace_reader_meta(r, "gaps");
+        for (uint32_t k = 0; p && k < i; k++) {
+                p = strchr(p, ';');
+                if (p)
+                        p++;
+        }
+        if (!p || !*p)
+                return false;
+        long long a, b, c, d;
+        if (sscanf(p, "%lld,%lld,%lld,%lld", &a, &b, &c, &d) != 4 || b < a)
+                return false;
+        *out = (struct trace_gap){a, b, c, d};
+        return true;
+}
+
+TRACE_API uint32_t trace_reader_gap_count(const struct trace_reader *r)
+{
+        struct trace_gap g;
+        uint32_t n = 0;
+        while (r && n < TRACE_GAPS_MAX && gap_parse(r, n, &g))
+                n++;
+        return n;
+}
+
+TRACE_API int trace_reader_gap_at(const struct trace_reader *r, uint32_t i, struct trace_gap *out)
+{
+        struct trace_gap g;
+        if (!r || !out || i >= TRACE_GAPS_MAX || !gap_parse(r, i, &g))
+                return TRACE_ERR_ARG;
+        *out = g;
+        return 0;
+}
+
 TRACE_API const char *trace_reader_errmsg(const struct trace_reader *r)
 {
         return r ? r->errmsg : "no reader";

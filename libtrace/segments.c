@@ -13,8 +13,15 @@
  * (a chunk's blob holds times relative to its own first_ns, so it is
  * copied as it is), summed error and stack counts, and the thread spans
  * and meta computed from what was copied.
+ *
+ * Reading a set (trace_reader_open_set) joins the same way into a
+ * temporary file, with two differences: a missing file is a gap, kept in
+ * meta gaps (schema/trace.sql) for the reports to show, not an error, and
+ * the last file may be one the recorder is still writing (its dictionaries
+ * and samples are then copied in one read transaction, so they agree).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -27,6 +34,8 @@ struct segment_info {
         int64_t start_mono, end_mono, start_wall, end_wall, segment;
         char set[128];
         bool finished;
+        bool joined; /* itself a join of files of the set (meta segments) */
+        const char *path;
 };
 
 /* Run `sql` with up to two int64 parameters; returns a SQLite code. */
@@ -84,6 +93,8 @@ static int read_info(sqlite3 *db, struct segment_info *si)
                         si->end_wall = v;
                 else if (!strcmp(k, TRACE_META_SEGMENT))
                         si->segment = v;
+                else if (!strcmp(k, "segments"))
+                        si->joined = true;
                 else if (!strcmp(k, TRACE_META_SEGMENT_SET)) {
                         const char *t = (const char *)sqlite3_column_text(st, 1);
                         snprintf(si->set, sizeof(si->set), "%s", t ? t : "");
@@ -172,6 +183,9 @@ static int summarize(sqlite3 *db, const struct segment_info *first, const struct
         };
         for (size_t i = 0; rc == SQLITE_OK && i < sizeof(meta) / sizeof(meta[0]); i++) {
                 sqlite3_stmt *st;
+                /* A file still being written has no end yet: neither has the join. */
+                if (!last->finished && (i >= 2 && i <= 4))
+                        continue;
                 rc = sqlite3_prepare_v2(db, "INSERT OR REPLACE INTO main.meta VALUES (?1, ?2)", -1,
                                         &st, NULL);
                 if (rc != SQLITE_OK)
@@ -191,41 +205,198 @@ static int summarize(sqlite3 *db, const struct segment_info *first, const struct
         return rc;
 }
 
-/* Check the files against each other, reading their meta; 0 or a status. */
-static int check_segments(struct trace_writer *w, sqlite3 *db, const char *const *paths, size_t n,
-                          struct segment_info *first, struct segment_info *last)
+/*
+ * The attached file's meta, and for a file still being written (no end
+ * yet) an end just after its last sample; a SQLite code.
+ */
+static int read_info_live(sqlite3 *db, struct segment_info *si)
 {
-        struct segment_info prev;
+        int rc = read_info(db, si);
+        if (rc != SQLITE_OK || si->finished)
+                return rc;
+        sqlite3_stmt *st;
+        if ((rc = sqlite3_prepare_v2(db, "SELECT coalesce(max(last_ns), 0) FROM seg.sample_chunks",
+                                     -1, &st, NULL)) != SQLITE_OK)
+                return rc;
+        if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                int64_t last = sqlite3_column_int64(st, 0) + 1;
+                si->end_mono = si->start_mono + last;
+                si->end_wall = si->start_wall + last;
+                rc = SQLITE_OK;
+        }
+        sqlite3_finalize(st);
+        return rc;
+}
+
+/* Read each file's meta into si[i] (in the order given); 0 or a status. */
+static int read_segments(struct trace_writer *w, sqlite3 *db, const char *const *paths, size_t n,
+                         struct segment_info *si)
+{
         for (size_t i = 0; i < n; i++) {
-                struct segment_info si;
                 int rc = attach(db, paths[i]);
                 if (rc == SQLITE_OK) {
-                        rc = read_info(db, &si);
+                        rc = read_info_live(db, &si[i]);
                         exec2(db, "DETACH DATABASE seg", 0, 0);
                 }
                 if (rc != SQLITE_OK)
                         return trace_writer_fail(w, TRACE_ERR_IO, "%s: %s", paths[i],
                                                  sqlite3_errmsg(db));
-                if (!si.set[0] || !si.finished)
-                        return trace_writer_fail(w, TRACE_ERR_ARG,
-                                                 "%s: not a finished file of a rotation", paths[i]);
-                if (i && (strcmp(si.set, prev.set) || si.segment != prev.segment + 1 ||
-                          si.start_mono != prev.end_mono))
-                        return trace_writer_fail(w, TRACE_ERR_ARG,
-                                                 "%s does not follow %s in one rotation (segment "
-                                                 "%lld after %lld)",
-                                                 paths[i], paths[i - 1], (long long)si.segment,
-                                                 (long long)prev.segment);
-                if (i == 0)
-                        *first = si;
-                prev = si;
+                si[i].path = paths[i];
         }
-        *last = prev;
         return 0;
 }
 
-TRACE_API int trace_join_segments(const char *out, unsigned flags, const char *const *paths,
-                                  size_t n, struct trace_writer **out_w)
+/* Check the files against each other, in the order given; 0 or a status. */
+static int check_segments(struct trace_writer *w, const struct segment_info *si, size_t n)
+{
+        for (size_t i = 0; i < n; i++) {
+                const struct segment_info *prev = i ? &si[i - 1] : NULL;
+                if (!si[i].set[0] || !si[i].finished)
+                        return trace_writer_fail(
+                            w, TRACE_ERR_ARG, "%s: not a finished file of a rotation", si[i].path);
+                if (prev && (strcmp(si[i].set, prev->set) || si[i].segment != prev->segment + 1 ||
+                             si[i].start_mono != prev->end_mono))
+                        return trace_writer_fail(w, TRACE_ERR_ARG,
+                                                 "%s does not follow %s in one rotation (segment "
+                                                 "%lld after %lld)",
+                                                 si[i].path, prev->path, (long long)si[i].segment,
+                                                 (long long)prev->segment);
+        }
+        return 0;
+}
+
+static int by_segment(const void *a, const void *b)
+{
+        int64_t x = ((const struct segment_info *)a)->segment;
+        int64_t y = ((const struct segment_info *)b)->segment;
+        return (x > y) - (x < y);
+}
+
+/*
+ * For reading a set: put the files in their order and check that they are
+ * of one rotation, allowing gaps and a last file still being written.
+ * Appends the gaps to `gaps` as meta gaps has them. 0 or a status.
+ */
+static int order_set(struct trace_writer *w, struct segment_info *si, size_t n, char *gaps,
+                     size_t gaps_size)
+{
+        for (size_t i = 0; i < n; i++) {
+                if (!si[i].set[0])
+                        return trace_writer_fail(w, TRACE_ERR_ARG,
+                                                 "%s is not a file of a rotating recording (no "
+                                                 "meta segment_set); to read several recordings "
+                                                 "together, merge them with pyflame-report merge",
+                                                 si[i].path);
+                if (si[i].joined)
+                        return trace_writer_fail(w, TRACE_ERR_ARG,
+                                                 "%s is already the files of a rotation joined "
+                                                 "(a snapshot, or pyflame-report join): read it "
+                                                 "alone, or leave it out",
+                                                 si[i].path);
+                if (strcmp(si[i].set, si[0].set))
+                        return trace_writer_fail(w, TRACE_ERR_ARG,
+                                                 "%s and %s are of different recordings (segment "
+                                                 "sets %s and %s); to read them together, merge "
+                                                 "them with pyflame-report merge",
+                                                 si[0].path, si[i].path, si[0].set, si[i].set);
+        }
+        qsort(si, n, sizeof(*si), by_segment);
+        size_t used = 0;
+        gaps[0] = '\0';
+        for (size_t i = 0; i < n; i++) {
+                if (!si[i].finished && i + 1 < n)
+                        return trace_writer_fail(w, TRACE_ERR_ARG,
+                                                 "%s: not a finished file of the rotation, yet "
+                                                 "not its last (%s comes after it)",
+                                                 si[i].path, si[i + 1].path);
+                if (!i)
+                        continue;
+                const struct segment_info *prev = &si[i - 1];
+                if (si[i].segment == prev->segment)
+                        return trace_writer_fail(w, TRACE_ERR_ARG,
+                                                 "%s and %s are both segment %lld of the "
+                                                 "recording (one file given twice?)",
+                                                 prev->path, si[i].path, (long long)si[i].segment);
+                if (si[i].start_mono < prev->end_mono)
+                        return trace_writer_fail(w, TRACE_ERR_ARG,
+                                                 "%s starts before %s ends: not files of one "
+                                                 "rotation",
+                                                 si[i].path, prev->path);
+                if (si[i].segment == prev->segment + 1 && si[i].start_mono == prev->end_mono)
+                        continue;
+                int k = snprintf(gaps + used, gaps_size - used, "%s%lld,%lld,%lld,%lld",
+                                 used ? ";" : "", (long long)(prev->end_mono - si[0].start_mono),
+                                 (long long)(si[i].start_mono - si[0].start_mono),
+                                 (long long)prev->segment + 1, (long long)si[i].segment - 1);
+                if (k < 0 || (size_t)k >= gaps_size - used)
+                        return trace_writer_fail(w, TRACE_ERR_ARG,
+                                                 "too many gaps between the files (the first "
+                                                 "before %s)",
+                                                 si[i].path);
+                used += (size_t)k;
+        }
+        return 0;
+}
+
+static int set_meta_text(sqlite3 *db, const char *key, const char *value)
+{
+        sqlite3_stmt *st;
+        int rc = sqlite3_prepare_v2(db, "INSERT OR REPLACE INTO main.meta VALUES (?1, ?2)", -1, &st,
+                                    NULL);
+        if (rc != SQLITE_OK)
+                return rc;
+        sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, value, -1, SQLITE_STATIC);
+        rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(db);
+        sqlite3_finalize(st);
+        return rc;
+}
+
+/* Copy the files `si` (checked, in order) into the writer's database. */
+static int copy_segments(struct trace_writer *w, sqlite3 *db, const struct segment_info *si,
+                         size_t n, const char *out, const char *gaps)
+{
+        /* One transaction a file: SQLite detaches no database inside one. */
+        const char *failed = NULL;
+        int src = SQLITE_OK;
+        for (size_t i = 0; src == SQLITE_OK && i < n; i++) {
+                failed = si[i].path;
+                if ((src = attach(db, si[i].path)) != SQLITE_OK)
+                        break;
+                /*
+                 * The last file's dictionaries hold every id of the files
+                 * before; read with its samples, they hold every id those
+                 * samples use even while the recorder adds to the file.
+                 */
+                if ((src = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL)) == SQLITE_OK &&
+                    (i + 1 < n || (src = copy_dictionaries(
+                                       db, si[i].start_mono - si[0].start_mono)) == SQLITE_OK) &&
+                    (src = copy_samples(db, si[i].start_mono - si[0].start_mono)) == SQLITE_OK)
+                        src = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+                if (src != SQLITE_OK)
+                        sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+                exec2(db, "DETACH DATABASE seg", 0, 0);
+        }
+        if (src == SQLITE_OK) {
+                failed = out;
+                if ((src = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL)) == SQLITE_OK &&
+                    (src = summarize(db, &si[0], &si[n - 1])) == SQLITE_OK &&
+                    (!gaps || !gaps[0] || (src = set_meta_text(db, "gaps", gaps)) == SQLITE_OK))
+                        src = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+        }
+        if (src != SQLITE_OK) {
+                int rc = trace_writer_fail(
+                    w, (src & 0xff) == SQLITE_NOMEM ? TRACE_ERR_NOMEM : TRACE_ERR_IO,
+                    "joining %s: %s", failed, sqlite3_errmsg(db));
+                sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+                return rc;
+        }
+        return 0;
+}
+
+/* Both joins: `set` for reading a set (any order, gaps, a live last file). */
+static int join(const char *out, unsigned flags, const char *const *paths, size_t n, bool set,
+                struct trace_writer **out_w)
 {
         if (!out_w)
                 return TRACE_ERR_ARG;
@@ -235,56 +406,45 @@ TRACE_API int trace_join_segments(const char *out, unsigned flags, const char *c
         if (rc < 0)
                 return rc;
         sqlite3 *db = trace_writer_db(w);
+        /* A live recorder holds its file's lock briefly once a second: wait for it. */
+        sqlite3_busy_timeout(db, 5000);
+        struct segment_info *si = NULL;
+        char *gaps = NULL;
         if (!paths || n == 0) {
                 rc = trace_writer_fail(w, TRACE_ERR_ARG, "no file to join");
                 goto fail;
         }
-        struct segment_info first = {0}, last = {0};
-        if ((rc = check_segments(w, db, paths, n, &first, &last)) < 0)
-                goto fail;
-        /* One transaction a file: SQLite detaches no database inside one. */
-        const char *failed = paths[n - 1];
-        int src = attach(db, paths[n - 1]);
-        if (src == SQLITE_OK) {
-                if ((src = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL)) == SQLITE_OK &&
-                    (src = copy_dictionaries(db, last.start_mono - first.start_mono)) == SQLITE_OK)
-                        src = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
-                if (src != SQLITE_OK)
-                        sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-                exec2(db, "DETACH DATABASE seg", 0, 0);
-        }
-        for (size_t i = 0; src == SQLITE_OK && i < n; i++) {
-                struct segment_info si;
-                failed = paths[i];
-                if ((src = attach(db, paths[i])) != SQLITE_OK)
-                        break;
-                if ((src = read_info(db, &si)) == SQLITE_OK &&
-                    (src = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL)) == SQLITE_OK &&
-                    (src = copy_samples(db, si.start_mono - first.start_mono)) == SQLITE_OK)
-                        src = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
-                if (src != SQLITE_OK)
-                        sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-                exec2(db, "DETACH DATABASE seg", 0, 0);
-        }
-        if (src == SQLITE_OK) {
-                failed = out;
-                if ((src = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL)) == SQLITE_OK &&
-                    (src = summarize(db, &first, &last)) == SQLITE_OK)
-                        src = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
-        }
-        if (src != SQLITE_OK) {
-                rc = trace_writer_fail(
-                    w, (src & 0xff) == SQLITE_NOMEM ? TRACE_ERR_NOMEM : TRACE_ERR_IO,
-                    "joining %s: %s", failed, sqlite3_errmsg(db));
-                sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+        si = calloc(n, sizeof(*si));
+        gaps = set ? malloc(TRACE_GAPS_MAX) : NULL;
+        if (!si || (set && !gaps)) {
+                rc = trace_writer_fail(w, TRACE_ERR_NOMEM, "out of memory");
                 goto fail;
         }
+        if ((rc = read_segments(w, db, paths, n, si)) < 0 ||
+            (rc = set ? order_set(w, si, n, gaps, TRACE_GAPS_MAX) : check_segments(w, si, n)) < 0 ||
+            (rc = copy_segments(w, db, si, n, out, gaps)) < 0)
+                goto fail;
+        free(si);
+        free(gaps);
         if ((rc = trace_writer_close_written(w)) < 0)
                 goto fail_closed;
         return 0;
 fail:
+        free(si);
+        free(gaps);
         trace_writer_close_written(w);
 fail_closed:
         unlink(out);
         return rc;
+}
+
+TRACE_API int trace_join_segments(const char *out, unsigned flags, const char *const *paths,
+                                  size_t n, struct trace_writer **out_w)
+{
+        return join(out, flags, paths, n, false, out_w);
+}
+
+int trace_join_set(const char *out, const char *const *paths, size_t n, struct trace_writer **out_w)
+{
+        return join(out, TRACE_CREATE_FORCE, paths, n, true, out_w);
 }

@@ -363,6 +363,38 @@ TRACE_API int trace_join_segments(const char *out, unsigned flags, const char *c
 TRACE_API int trace_reader_open(const char *path, struct trace_reader **out);
 
 TRACE_API const char *trace_reader_errmsg(const struct trace_reader *r);
+/*
+ * Open several files of one rotating recording (pyflame-record --rotate,
+ * --ring, SIGUSR2: the same meta segment_set), given in any order, as ONE
+ * recording: the reader then reads what trace_join_segments() would have
+ * written (one time line from the first file's start, the same ids), and
+ * every function reads it as it reads a single file. With one path, this
+ * is trace_reader_open(). A file missing between two others is a gap, not
+ * an error (trace_reader_gap_at); the last file may be one the recorder is
+ * still writing. Files of different recordings, or files that are not of
+ * a rotation, are refused (TRACE_ERR_ARG, the message saying to merge).
+ *
+ * Cost: the files are joined into a temporary file in $TMPDIR (else /tmp),
+ * removed at once and read from there until the reader is closed: disk
+ * as much as the files take, and the time to copy them (SQL, no decoding
+ * of samples); memory as for reading one file (SQLite's page cache and
+ * the dictionaries). Returns as trace_reader_open() does.
+ */
+TRACE_API int trace_reader_open_set(const char *const *paths, size_t n, struct trace_reader **out);
+
+/*
+ * Gaps in a recording read from a set with files missing: the i-th gap,
+ * 0 <= i < gap_count, its span on the recording's time line (no sample
+ * lies in it: the files that held it are missing) and the segment numbers
+ * of the missing files. A trace that is not such a set has none.
+ */
+struct trace_gap {
+        int64_t from_ns, to_ns;
+        int64_t first_segment, last_segment;
+};
+TRACE_API uint32_t trace_reader_gap_count(const struct trace_reader *r);
+TRACE_API int trace_reader_gap_at(const struct trace_reader *r, uint32_t i, struct trace_gap *out);
+
 TRACE_API void trace_reader_close(struct trace_reader *r);
 
 /* Meta value for `key`, or NULL when absent. Owned by the reader. */

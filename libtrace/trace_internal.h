@@ -72,6 +72,20 @@ struct sqlite3;
 struct sqlite3 *trace_writer_db(struct trace_writer *w);
 int trace_writer_close_written(struct trace_writer *w);
 
+/*
+ * Join the files of one rotation, given in any order, into a new trace at
+ * `out` (replaced if it exists) for reading them as one (trace_reader_
+ * open_set): trace_join_segments(), except that a missing file is a gap,
+ * kept in meta gaps ("FROM_NS,TO_NS,FIRST,LAST" per gap, ';' between:
+ * the gap's span on the joined time line and the segments missing), and
+ * that the last file may be one still being written. Files of different
+ * sets, or not of a rotation, are refused with a message saying to merge.
+ * Returns as trace_join_segments() does.
+ */
+#define TRACE_GAPS_MAX 4096
+int trace_join_set(const char *out, const char *const *paths, size_t n,
+                   struct trace_writer **out_w);
+
 /* The i-th row of the errors table: pid (0: the recorder), kind (folded), count. */
 bool trace_reader_error_at(const struct trace_reader *r, size_t i, int32_t *pid, unsigned *kind,
                            uint64_t *count);

@@ -38,7 +38,9 @@ struct annotate_opts {
         bool top_given;
         enum out_format format;
         const char *output;
-        const char *path;
+        const char *path;    /* the first input: messages name it */
+        char *const *inputs; /* trace files, directories or globs: one recording */
+        size_t n_inputs;
 };
 
 /* A file of the trace's Python frames. */
@@ -561,8 +563,8 @@ out:
 
 static void annotate_help(void)
 {
-        printf("Usage: " REPORT_PROG " annotate [OPTIONS] TRACE\n"
-               "       " REPORT_PROG " --source FILE [OPTIONS] TRACE\n"
+        printf("Usage: " REPORT_PROG " annotate [OPTIONS] TRACE...\n"
+               "       " REPORT_PROG " --source FILE [OPTIONS] TRACE...\n"
                "Print a source file with the share of samples of each line beside it:\n"
                "SELF%% (the line was running) and TOTAL%% (the line was on the stack), of\n"
                "all selected samples. The text is the one stored in the trace by\n"
@@ -575,7 +577,8 @@ static void annotate_help(void)
                "      --format FORMAT    text or json\n"
                "  -o, --output FILE      write to FILE (replaced only once complete)\n"
                "\n"
-               "Selection: --from TIME, --to TIME, --pid PID[,PID..], --thread T[,T..],\n"
+               "Selection: --from TIME, --to TIME, --since WHEN, --until WHEN,\n"
+               "--pid PID[,PID..], --thread T[,T..],\n"
                "--idle, --gil, --async, --no-native, --native-modules, as for the other\n"
                "views ('" REPORT_PROG " --help').\n"
                "\n"
@@ -654,10 +657,9 @@ static int parse_args(int argc, char **argv, struct annotate_opts *o)
                                     "--source shows one file and --top the hottest; pick one");
         if (optind >= argc)
                 return report_usage("annotate", "no trace file given");
-        if (optind + 1 < argc)
-                return report_usage("annotate", "one trace file at a time ('%s' is extra)",
-                                    argv[optind + 1]);
         o->path = argv[optind];
+        o->inputs = argv + optind;
+        o->n_inputs = (size_t)(argc - optind);
         return select_opts_check(&o->select, "annotate");
 }
 
@@ -673,8 +675,7 @@ int cmd_annotate(int argc, char **argv)
         struct select sel = {0};
         struct out out = {0};
         uint64_t counted = 0;
-        if ((rc = report_check_output(o.output, o.path)) != 0 ||
-            (rc = report_open(o.path, &r)) != 0 ||
+        if ((rc = report_open_inputs(o.inputs, o.n_inputs, o.output, &r)) != 0 ||
             (rc = select_resolve(r, o.path, &o.select, &sel)) != 0)
                 goto done;
         int st = annotate(r, &o, &sel.filter, &out, &counted);

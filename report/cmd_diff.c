@@ -71,6 +71,8 @@ struct diff_opts {
         size_t n_rules;
         const char *output;
         const char *spec[DIFF_SIDES];
+        /* --base-since, --base-until; --since, --until: wall-clock windows per side. */
+        const char *since[DIFF_SIDES], *until[DIFF_SIDES];
 };
 
 /* One side: a trace, maybe a window of it, and everything counted on it. */
@@ -78,6 +80,8 @@ struct side {
         const char *spec; /* as given: PATH or PATH@FROM..TO */
         char *path;       /* the file */
         char *from, *to;  /* the window's ends as given, NULL when open */
+        /* Ends by wall clock (pf_parse_wall_time), from the spec or the options. */
+        char *since, *until;
         struct trace_reader *r;
         struct select sel;
         int64_t from_ns, end_ns;
@@ -119,11 +123,23 @@ void cmd_diff_help(void);
 void cmd_diff_help(void)
 {
         printf("Usage: pyflame-diff [OPTIONS] BASE NEW\n"
+               "       pyflame-diff [OPTIONS] SET --base-since WHEN --base-until WHEN\n"
+               "                    --since WHEN --until WHEN\n"
                "       " REPORT_PROG " diff [OPTIONS] BASE NEW\n"
                "Compare two recordings, or two time windows of one: which functions take a\n"
                "different share of the samples, and which of those changes are more than\n"
-               "sampling noise. BASE and NEW are trace files, or windows of them:\n"
-               "run.db@10s..20s, run.db@10%%..50%%, run.db@..5s, run.db@30s..\n"
+               "sampling noise. BASE and NEW are trace files, directories or quoted globs\n"
+               "of one rotating recording (read as one), or windows of them:\n"
+               "run.db@10s..20s, run.db@10%%..50%%, run.db@..5s, run.db@30s..,\n"
+               "dir@2026-12-01T22:00:00Z..2026-12-01T23:00:00Z, dir@-1h.. (wall clock:\n"
+               "ISO-8601 UTC, or before the recording's end).\n"
+               "\n"
+               "Windows by wall clock (one SET, e.g. this hour against the same hour\n"
+               "yesterday, or each side's own):\n"
+               "      --base-since WHEN  BASE from WHEN (2026-12-01T22:00:00Z, -25h)\n"
+               "      --base-until WHEN  BASE up to WHEN\n"
+               "      --since WHEN       NEW from WHEN\n"
+               "      --until WHEN       NEW up to WHEN\n"
                "\n"
                "Rows:\n"
                "      --by-function      per function (default)\n"
@@ -181,6 +197,10 @@ enum {
         OPT_FAIL_ON,
         OPT_FORMAT,
         OPT_TOP,
+        OPT_BASE_SINCE,
+        OPT_BASE_UNTIL,
+        OPT_SINCE,
+        OPT_UNTIL,
 };
 
 static const struct option long_options[] = {
@@ -193,6 +213,10 @@ static const struct option long_options[] = {
     {"fail-on", required_argument, NULL, OPT_FAIL_ON},
     {"format", required_argument, NULL, OPT_FORMAT},
     {"top", required_argument, NULL, OPT_TOP},
+    {"base-since", required_argument, NULL, OPT_BASE_SINCE},
+    {"base-until", required_argument, NULL, OPT_BASE_UNTIL},
+    {"since", required_argument, NULL, OPT_SINCE},
+    {"until", required_argument, NULL, OPT_UNTIL},
     {"output", required_argument, NULL, 'o'},
     SELECT_LONG_OPTIONS,
     {"help", no_argument, NULL, 'h'},
@@ -308,6 +332,24 @@ static int diff_option(struct diff_opts *o, int c, char **argv)
                 o->view_given = true;
                 break;
         }
+        case OPT_BASE_SINCE:
+        case OPT_BASE_UNTIL:
+        case OPT_SINCE:
+        case OPT_UNTIL: {
+                int64_t ns;
+                bool rel;
+                if (pf_parse_wall_time(optarg, &ns, &rel) < 0)
+                        return report_usage(DIFF_CMD,
+                                            "%s: '%s' is not a time such as "
+                                            "2026-12-01T22:00:00Z (UTC) or -1h (before the end)",
+                                            argv[optind - 1], optarg);
+                int side = c == OPT_BASE_SINCE || c == OPT_BASE_UNTIL ? 0 : 1;
+                if (c == OPT_BASE_SINCE || c == OPT_SINCE)
+                        o->since[side] = optarg;
+                else
+                        o->until[side] = optarg;
+                break;
+        }
         case OPT_PER:
                 if (!strcmp(optarg, "samples"))
                         o->per = PER_SAMPLES;
@@ -381,15 +423,27 @@ static int diff_option(struct diff_opts *o, int c, char **argv)
 /* The traces, and what the options mean together. Returns 0 or REPORT_EXIT_FAIL. */
 static int diff_check(struct diff_opts *o, int argc, char **argv)
 {
-        if (argc - optind < 2)
+        bool windows[DIFF_SIDES];
+        for (int i = 0; i < DIFF_SIDES; i++)
+                windows[i] = o->since[i] || o->until[i];
+        /* One set and a window for each side: two windows of one recording. */
+        if (argc - optind == 1 && (windows[0] || windows[1])) {
+                if (!windows[0] || !windows[1])
+                        return report_usage(DIFF_CMD,
+                                            "one trace or set compares two of its windows: give "
+                                            "--base-since/--base-until and --since/--until");
+                o->spec[0] = o->spec[1] = argv[optind];
+        } else if (argc - optind < 2)
                 return report_usage(DIFF_CMD, argc - optind == 0
                                                   ? "no traces given: BASE and NEW"
                                                   : "only one trace given: BASE and NEW");
-        if (argc - optind > 2)
+        else if (argc - optind > 2)
                 return report_usage(DIFF_CMD, "two traces at a time ('%s' is extra)",
                                     argv[optind + 2]);
-        o->spec[0] = argv[optind];
-        o->spec[1] = argv[optind + 1];
+        else {
+                o->spec[0] = argv[optind];
+                o->spec[1] = argv[optind + 1];
+        }
         if (o->format == DF_FOLDED) {
                 if (o->view_given && o->view != DIFF_FOLDED)
                         return report_usage(DIFF_CMD,
@@ -472,17 +526,50 @@ static int side_parse(struct side *s, const char *spec)
         if (!s->path || (dots > win && !s->from) || (dots[2] && !s->to))
                 return report_fail(NULL, "out of memory");
         int64_t from = 0, to = 0;
-        bool from_pct = false, to_pct = false;
+        bool from_pct = false, to_pct = false, rel;
+        /* An end that is no offset may be a wall-clock time (--since/--until's). */
+        if (s->from && pf_parse_duration(s->from, &from, &from_pct) < 0 &&
+            pf_parse_wall_time(s->from, &from, &rel) == 0) {
+                s->since = s->from;
+                s->from = NULL;
+        }
+        if (s->to && pf_parse_duration(s->to, &to, &to_pct) < 0 &&
+            pf_parse_wall_time(s->to, &to, &rel) == 0) {
+                s->until = s->to;
+                s->to = NULL;
+        }
         if ((s->from && pf_parse_duration(s->from, &from, &from_pct) < 0) ||
             (s->to && pf_parse_duration(s->to, &to, &to_pct) < 0))
                 return report_usage(DIFF_CMD,
                                     "%s: the window's ends must be times such as 1.5s, 200ms "
-                                    "or 10%%",
+                                    "or 10%% after the start, or wall-clock times such as "
+                                    "2026-12-01T22:00:00Z or -1h",
                                     spec);
+        if ((s->since || s->until) && (s->from || s->to))
+                return report_usage(DIFF_CMD,
+                                    "%s: give both ends of the window as offsets or both by "
+                                    "wall clock",
+                                    spec);
+        if (s->since || s->until)
+                return 0;
         /* Ends in one unit compare now; mixed ones once the duration is known. */
         if (s->from && s->to && from_pct == to_pct && to <= from)
                 return report_usage(DIFF_CMD, "%s: the window is empty: it ends before it starts",
                                     spec);
+        return 0;
+}
+
+/* A side's window from --base-since/--base-until or --since/--until, if given. */
+static int side_wall_window(struct side *s, const char *since, const char *until,
+                            const char *options)
+{
+        if (!since && !until)
+                return 0;
+        if (s->from || s->to || s->since || s->until)
+                return report_usage(DIFF_CMD, "%s: a window is given by %s too; give one", s->spec,
+                                    options);
+        if ((since && !(s->since = strdup(since))) || (until && !(s->until = strdup(until))))
+                return report_fail(NULL, "out of memory");
         return 0;
 }
 
@@ -641,12 +728,14 @@ static int side_runs(struct side *s, size_t n_metrics)
 static int side_load(struct diff *d, struct side *s)
 {
         const struct diff_opts *o = d->opts;
-        int rc = report_open(s->path, &s->r);
+        int rc = report_open_inputs(&s->path, 1, o->output, &s->r);
         if (rc)
                 return rc;
         struct select_opts so = o->select;
         so.from = s->from;
         so.to = s->to;
+        so.since = s->since;
+        so.until = s->until;
         if ((rc = select_resolve(s->r, s->path, &so, &s->sel)) != 0)
                 return rc;
         struct trace_summary sum;
@@ -721,6 +810,8 @@ static void side_free(struct side *s)
         free(s->path);
         free(s->from);
         free(s->to);
+        free(s->since);
+        free(s->until);
         for (size_t m = 0; m < M_COUNT; m++)
                 free(s->cells[m]);
         hot_table_free(&s->ht);
@@ -1464,7 +1555,10 @@ static int run(struct diff *d, struct out *out)
         const struct diff_opts *o = d->opts;
         int rc;
         for (int s = 0; s < DIFF_SIDES; s++)
-                if ((rc = side_parse(&d->side[s], o->spec[s])) != 0)
+                if ((rc = side_parse(&d->side[s], o->spec[s])) != 0 ||
+                    (rc = side_wall_window(&d->side[s], o->since[s], o->until[s],
+                                           s ? "--since/--until" : "--base-since/--base-until")) !=
+                        0)
                         return rc;
         for (int s = 0; s < DIFF_SIDES; s++)
                 if ((rc = report_check_output(o->output, d->side[s].path)) != 0)

@@ -33,20 +33,38 @@ struct info {
 };
 
 /* Sample intervals and their span for one thread; false when it has fewer than two samples. */
-static bool thread_span(const struct trace_thread *t, uint64_t *intervals, int64_t *span_ns)
+static bool thread_span(const struct trace_reader *r, const struct trace_thread *t,
+                        uint64_t *intervals, int64_t *span_ns)
 {
         if (t->samples < 2 || t->first_ns < 0 || t->last_ns <= t->first_ns)
                 return false;
-        *intervals = t->samples - 1;
-        *span_ns = t->last_ns - t->first_ns;
+        uint64_t n = t->samples - 1;
+        int64_t span = t->last_ns - t->first_ns;
+        /* Time in a gap of a set (files missing) was not sampled: neither it nor the step over it
+         * counts. */
+        uint32_t n_gaps = trace_reader_gap_count(r);
+        for (uint32_t i = 0; i < n_gaps; i++) {
+                struct trace_gap g;
+                if (trace_reader_gap_at(r, i, &g) < 0 || g.to_ns <= t->first_ns ||
+                    g.from_ns >= t->last_ns)
+                        continue;
+                int64_t a = g.from_ns > t->first_ns ? g.from_ns : t->first_ns;
+                int64_t b = g.to_ns < t->last_ns ? g.to_ns : t->last_ns;
+                span -= b - a;
+                n -= n > 1;
+        }
+        if (span <= 0)
+                return false;
+        *intervals = n;
+        *span_ns = span;
         return true;
 }
 
-static double thread_rate(const struct trace_thread *t)
+static double thread_rate(const struct trace_reader *r, const struct trace_thread *t)
 {
         uint64_t n;
         int64_t span;
-        return thread_span(t, &n, &span) ? (double)n * 1e9 / (double)span : 0.0;
+        return thread_span(r, t, &n, &span) ? (double)n * 1e9 / (double)span : 0.0;
 }
 
 /*
@@ -77,7 +95,7 @@ static int info_gather(struct trace_reader *r, struct info *in, uint64_t *found)
                         continue; /* an asyncio task's samples, not a thread's */
                 uint64_t k;
                 int64_t s;
-                if (thread_span(&t, &k, &s)) {
+                if (thread_span(r, &t, &k, &s)) {
                         intervals += k;
                         span += (double)s;
                 }
@@ -268,7 +286,7 @@ static int threads_table(struct trace_reader *r, struct table *t, struct table_c
                                 c[k].num = (int64_t)th.samples;
                                 break;
                         case H_RATE:
-                                c[k].real = thread_rate(&th);
+                                c[k].real = thread_rate(r, &th);
                                 c[k].null = c[k].real == 0;
                                 break;
                         case H_FIRST:
@@ -410,6 +428,69 @@ static void put_seconds(struct out *o, int64_t ns)
         out_printf(o, "%.3f s", (double)ns / 1e9);
 }
 
+/* The recording's wall-clock start (meta start_wall_ns), or -1 when unknown. */
+static int64_t wall_start(const struct trace_reader *r)
+{
+        const char *v = trace_reader_meta(r, TRACE_META_START_WALL_NS);
+        char *end = NULL;
+        long long w = v ? strtoll(v, &end, 10) : -1;
+        return v && *v && !*end && w > 0 ? w : -1;
+}
+
+/* A wall-clock time as ISO-8601 UTC, to the millisecond. */
+static void put_wall(struct out *o, int64_t ns)
+{
+        time_t t = (time_t)(ns / 1000000000);
+        struct tm tm;
+        char buf[32];
+        if (!gmtime_r(&t, &tm) || !strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm)) {
+                out_puts(o, "?");
+                return;
+        }
+        out_printf(o, "%s.%03dZ", buf, (int)(ns % 1000000000 / 1000000));
+}
+
+/*
+ * The wall-clock span, and the gaps of a set read with files missing
+ * (trace_reader_gap_at): the time no file covers, shown, never bridged.
+ */
+static void info_span_text(const struct trace_reader *r, const struct trace_summary *s,
+                           struct out *o)
+{
+        int64_t w = wall_start(r);
+        if (w > 0) {
+                out_puts(o, "wall clock: ");
+                put_wall(o, w);
+                out_puts(o, " .. ");
+                put_wall(o, w + s->duration_ns);
+                out_puts(o, " (UTC)\n");
+        }
+        uint32_t n = trace_reader_gap_count(r);
+        if (!n)
+                return;
+        out_printf(o, "gaps:       %u (files missing from the set; no sample there)\n", n);
+        for (uint32_t i = 0; i < n; i++) {
+                struct trace_gap g;
+                if (trace_reader_gap_at(r, i, &g) < 0)
+                        continue;
+                out_printf(o, "  gap %u: %.3fs .. %.3fs (%.3fs), segment%s %lld", i + 1,
+                           (double)g.from_ns / 1e9, (double)g.to_ns / 1e9,
+                           (double)(g.to_ns - g.from_ns) / 1e9,
+                           g.first_segment == g.last_segment ? "" : "s",
+                           (long long)g.first_segment);
+                if (g.last_segment != g.first_segment)
+                        out_printf(o, "-%lld", (long long)g.last_segment);
+                out_puts(o, " missing");
+                if (w > 0) {
+                        out_puts(o, ", ");
+                        put_wall(o, w + g.from_ns);
+                        out_puts(o, " .. ");
+                        put_wall(o, w + g.to_ns);
+                }
+                out_puts(o, "\n");
+        }
+}
+
 static int info_text(struct trace_reader *r, const char *path, const struct info *in, struct out *o)
 {
         const struct trace_summary *s = &in->sum;
@@ -419,7 +500,9 @@ static int info_text(struct trace_reader *r, const char *path, const struct info
                                    "samples up to its last flush are kept)\n");
         out_puts(o, "duration:   ");
         put_seconds(o, s->duration_ns);
-        out_printf(o, "\nsamples:    %llu\n", (unsigned long long)s->samples);
+        out_puts(o, "\n");
+        info_span_text(r, s, o);
+        out_printf(o, "samples:    %llu\n", (unsigned long long)s->samples);
         out_puts(o, "rate:       requested ");
         if (s->rate_hz > 0)
                 out_printf(o, "%.1f Hz", s->rate_hz);
@@ -505,6 +588,25 @@ static int info_json(struct trace_reader *r, const char *path, const struct info
         out_puts(o, s->finalized ? "true" : "false");
         json_key(o, "duration_ns", false);
         out_printf(o, "%lld", (long long)s->duration_ns);
+        int64_t w = wall_start(r);
+        json_key(o, "start_wall_ns", false);
+        out_printf(o, w > 0 ? "%lld" : "null", (long long)w);
+        json_key(o, "end_wall_ns", false);
+        out_printf(o, w > 0 ? "%lld" : "null", (long long)(w + s->duration_ns));
+        json_key(o, "gaps", false);
+        out_puts(o, "[");
+        uint32_t n_gaps = trace_reader_gap_count(r);
+        for (uint32_t i = 0; i < n_gaps; i++) {
+                struct trace_gap g;
+                if (trace_reader_gap_at(r, i, &g) < 0)
+                        continue;
+                out_printf(o,
+                           "%s{\"from_ns\": %lld, \"to_ns\": %lld, \"first_segment\": %lld, "
+                           "\"last_segment\": %lld}",
+                           i ? ", " : "", (long long)g.from_ns, (long long)g.to_ns,
+                           (long long)g.first_segment, (long long)g.last_segment);
+        }
+        out_puts(o, "]");
         json_key(o, "samples", false);
         out_printf(o, "%llu", (unsigned long long)s->samples);
         json_key(o, "rate_requested_hz", false);
@@ -538,10 +640,12 @@ static int info_json(struct trace_reader *r, const char *path, const struct info
 
 static void info_help(void)
 {
-        printf("Usage: " REPORT_PROG " info [OPTIONS] TRACE\n"
+        printf("Usage: " REPORT_PROG " info [OPTIONS] TRACE...\n"
                "Summarise a recording: whether it was finalized, duration, samples, the\n"
                "requested and achieved sampling rate, errors by kind, processes (Python\n"
                "version and build), threads (ids, names, samples) and meta values.\n"
+               "Several files, a directory or a glob of one rotating recording are read as\n"
+               "one, in time order; files missing between them are listed as gaps.\n"
                "\n"
                "      --format FORMAT    text or json\n"
                "  -o, --output FILE      write to FILE (replaced only once complete)\n"
@@ -582,14 +686,9 @@ int cmd_info(int argc, char **argv)
         }
         if (optind >= argc)
                 return report_usage("info", "no trace file given");
-        if (optind + 1 < argc)
-                return report_usage("info", "one trace file at a time ('%s' is extra)",
-                                    argv[optind + 1]);
         const char *path = argv[optind];
         struct trace_reader *r = NULL;
-        int rc = report_check_output(output, path);
-        if (rc == 0)
-                rc = report_open(path, &r);
+        int rc = report_open_inputs(argv + optind, (size_t)(argc - optind), output, &r);
         if (rc)
                 return rc;
         struct out out = {0};

@@ -44,7 +44,9 @@ struct report_opts {
         bool no_source;
         int64_t slice_ns; /* --slices */
         const char *output;
-        const char *path;
+        const char *path;    /* the first input: messages name it */
+        char *const *inputs; /* trace files, directories or globs: one recording */
+        size_t n_inputs;
 };
 
 /* What a view gets: the open trace, the selection's counts, the options, the output. */
@@ -288,6 +290,9 @@ static int view_hot(struct view_ctx *ctx, enum hot_key key)
                 else
                         out_printf(o, "; %zu %s\n", ht.n, what);
                 table_write(&t, OUT_TEXT, o);
+                if (trace_reader_gap_count(ctx->r))
+                        out_puts(o, "Files of the set are missing: slices marked gap lie (in part) "
+                                    "where no file covers (see info).\n");
         }
         if (t.nomem)
                 rc = TRACE_ERR_NOMEM;
@@ -365,6 +370,7 @@ static const struct table_column slice_data_columns[] = {
 
 /* What every row of the slices view needs. */
 struct slice_view {
+        const struct trace_reader *r;
         const struct slice_counts *sc;
         const struct hot_table *ht;
         int64_t end_ns;
@@ -387,6 +393,19 @@ static int64_t slice_end(const struct slice_view *v)
         return e < v->end_ns ? e : v->end_ns;
 }
 
+/* Does the slice overlap a gap of a set read with files missing (trace_reader_gap_at)? */
+static bool slice_in_gap(const struct slice_view *v)
+{
+        uint32_t n = trace_reader_gap_count(v->r);
+        for (uint32_t i = 0; i < n; i++) {
+                struct trace_gap g;
+                if (trace_reader_gap_at(v->r, i, &g) == 0 && g.from_ns < slice_end(v) &&
+                    g.to_ns > slice_start(v))
+                        return true;
+        }
+        return false;
+}
+
 static double slice_share(const struct slice_view *v, size_t k)
 {
         return percent(v->self[v->best[k]], v->sc->samples[v->i]);
@@ -405,8 +424,13 @@ static void slice_text_row(struct slice_view *v, struct table *t)
         c[3].real = percent(sc->on_cpu[v->i], sc->seen[v->i]);
         c[3].null = !sc->seen[v->i];
         c[4].null = !v->n_best;
-        if (!v->n_best)
+        /* Time no file covers is shown as such, never as a quiet slice. */
+        bool gap = slice_in_gap(v);
+        if (!v->n_best) {
+                if (gap)
+                        c[5].text = table_printf(t, "%s", "(gap: file missing)");
                 return;
+        }
         double share = slice_share(v, 0);
         c[4].real = share;
         char bar[SLICE_BAR_WIDTH + 1];
@@ -428,6 +452,8 @@ static void slice_text_row(struct slice_view *v, struct table *t)
                          frame_name(&v->ht->rows[v->best[k]].f), slice_share(v, k));
                 nomem |= pf_buf_append(&next, item, strlen(item)) < 0;
         }
+        if (gap)
+                nomem |= pf_buf_append(&next, " [partly in a gap]", 18) < 0;
         nomem |= pf_buf_append(&next, "", 1) < 0;
         if (nomem) {
                 pf_buf_free(&next);
@@ -482,6 +508,8 @@ static void slice_json(struct slice_view *v, struct out *o)
                 out_printf(o, "%.2f", percent(sc->on_cpu[i], sc->seen[i]));
         else
                 out_puts(o, "null");
+        if (slice_in_gap(v))
+                out_puts(o, ", \"gap\": true");
         out_puts(o, ", \"top\": [");
         for (size_t k = 0; k < v->n_best; k++) {
                 const struct trace_frame *f = &v->ht->rows[v->best[k]].f;
@@ -542,8 +570,13 @@ static int view_slices(struct view_ctx *ctx)
                 rc = TRACE_ERR_NOMEM;
                 goto out;
         }
-        struct slice_view v = {
-            .sc = &sc, .ht = &ht, .end_ns = end, .self = self, .best = best, .dominant = SIZE_MAX};
+        struct slice_view v = {.r = ctx->r,
+                               .sc = &sc,
+                               .ht = &ht,
+                               .end_ns = end,
+                               .self = self,
+                               .best = best,
+                               .dominant = SIZE_MAX};
         struct out *o = ctx->out;
         bool text = opts->format == OUT_TEXT;
         t.cols = text ? slice_text_columns : slice_data_columns;
@@ -609,9 +642,11 @@ static const struct view views[] = {
 
 void cmd_report_help(void)
 {
-        printf("Usage: " REPORT_PROG " [report] [OPTIONS] TRACE\n"
+        printf("Usage: " REPORT_PROG " [report] [OPTIONS] TRACE...\n"
                "Print the samples of a trace as folded stacks (the default) or as a\n"
-               "table of hot lines or functions.\n"
+               "table of hot lines or functions. Several files, a directory or a glob of\n"
+               "one rotating recording (pyflame-record's rotation) are read as one, in time\n"
+               "order (files missing between them are gaps: see info and --slices).\n"
                "\n"
                "Views:\n"
                "      --folded           one 'frame;frame;... count' line per stack, root\n"
@@ -634,6 +669,10 @@ void cmd_report_help(void)
                "Selection (any view):\n"
                "      --from TIME        from TIME after the start: 1.5s, 200ms, 10%%\n"
                "      --to TIME          up to TIME after the start (same units)\n"
+               "      --since WHEN       from a wall-clock time: 2026-12-01T22:00:00Z (UTC,\n"
+               "                         or with an offset such as +01:00), or -1h, -10m:\n"
+               "                         that long before the end of the recording\n"
+               "      --until WHEN       up to a wall-clock time (same forms)\n"
                "      --pid PID[,PID..]  only these processes\n"
                "      --thread T[,T..]   only these threads, each an OS thread id, a Python\n"
                "                         thread id or a thread name\n"
@@ -788,10 +827,9 @@ static int report_check(struct report_opts *o, const struct view *chosen, int ar
                                           "redirect it");
         if (optind >= argc)
                 return report_usage(NULL, "no trace file given");
-        if (optind + 1 < argc)
-                return report_usage(NULL, "one trace file at a time ('%s' is extra)",
-                                    argv[optind + 1]);
         o->path = argv[optind];
+        o->inputs = argv + optind;
+        o->n_inputs = (size_t)(argc - optind);
         if (!o->view->table && !o->export_format && o->format == OUT_CSV)
                 return report_usage(NULL, "folded stacks come as text or json, not csv; "
                                           "csv is for --by-line and --by-function");
@@ -842,8 +880,7 @@ int cmd_report(int argc, char **argv)
         struct select sel = {0};
         struct stack_counts sc = {0};
         struct out out = {0};
-        if ((rc = report_check_output(o.output, o.path)) != 0 ||
-            (rc = report_open(o.path, &r)) != 0)
+        if ((rc = report_open_inputs(o.inputs, o.n_inputs, o.output, &r)) != 0)
                 goto done;
         if ((rc = select_resolve(r, o.path, &o.select, &sel)) != 0)
                 goto done;

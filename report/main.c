@@ -45,7 +45,7 @@ static const struct report_command commands[] = {
 
 static void main_help(void)
 {
-        printf("Usage: " REPORT_PROG " [COMMAND] [OPTIONS] TRACE\n"
+        printf("Usage: " REPORT_PROG " [COMMAND] [OPTIONS] TRACE...\n"
                "Read a trace written by pyflame-record.\n\nCommands:\n");
         for (size_t i = 0; i < N_COMMANDS; i++)
                 printf("  %-8s %s\n", commands[i].name, commands[i].summary);

@@ -103,6 +103,21 @@ int select_opts_check(const struct select_opts *o, const char *cmd)
         if (o->to && pf_parse_duration(o->to, &ns, &pct) < 0)
                 return report_usage(cmd, "--to: '%s' is not a time such as 1.5s, 200ms or 10%%",
                                     o->to);
+        bool rel;
+        if (o->since && pf_parse_wall_time(o->since, &ns, &rel) < 0)
+                return report_usage(cmd,
+                                    "--since: '%s' is not a time such as 2026-12-01T22:00:00Z "
+                                    "(UTC) or -1h (before the end)",
+                                    o->since);
+        if (o->until && pf_parse_wall_time(o->until, &ns, &rel) < 0)
+                return report_usage(cmd,
+                                    "--until: '%s' is not a time such as 2026-12-01T22:00:00Z "
+                                    "(UTC) or -10m (before the end)",
+                                    o->until);
+        if (o->since && o->from)
+                return report_usage(cmd, "--since and --from both say where to start; give one");
+        if (o->until && o->to)
+                return report_usage(cmd, "--until and --to both say where to stop; give one");
         if (o->pids && foreach_item(o->pids, check_pid, (void *)cmd))
                 return REPORT_EXIT_FAIL;
         /* An allow-list with no item would select everything: refuse it. */
@@ -226,22 +241,26 @@ int select_resolve(struct trace_reader *r, const char *path, const struct select
                                    "(CPython 3.7-3.13) to see them");
         trace_reader_set_view(r, o->async ? TRACE_VIEW_TASKS : TRACE_VIEW_THREADS);
 
-        if (o->from || o->to) {
+        if (o->from || o->to || o->since || o->until) {
                 struct trace_summary sum;
                 int st = trace_reader_summary(r, &sum);
                 if (st < 0)
                         return report_read_failed(path, r, st);
                 int64_t from = o->from ? resolve_time(o->from, sum.duration_ns) : 0;
                 int64_t to = o->to ? resolve_time(o->to, sum.duration_ns) : 0;
+                if ((o->since && select_wall_time(r, path, "--since", o->since, &from) != 0) ||
+                    (o->until && select_wall_time(r, path, "--until", o->until, &to) != 0))
+                        return REPORT_EXIT_FAIL;
                 /* to == 0 means "to the end" to libtrace: an explicit 0 is an empty range. */
-                if (o->to && to <= from) {
+                if ((o->to || o->until) && to <= from) {
                         char a[32], b[32];
                         format_seconds(a, sizeof(a), from);
                         format_seconds(b, sizeof(b), to);
                         return report_fail(path,
-                                           "the time range is empty: --to (%s) is not after "
-                                           "--from (%s)",
-                                           b, a);
+                                           "the time range is empty: %s (%s) is not after %s "
+                                           "(%s)",
+                                           o->until ? "--until" : "--to", b,
+                                           o->since ? "--since" : "--from", a);
                 }
                 f->from_ns = from;
                 f->to_ns = to;
@@ -287,6 +306,38 @@ int select_resolve(struct trace_reader *r, const char *path, const struct select
         return 0;
 }
 
+int select_wall_time(struct trace_reader *r, const char *path, const char *what, const char *s,
+                     int64_t *ns)
+{
+        int64_t t = 0;
+        bool rel = false;
+        if (pf_parse_wall_time(s, &t, &rel) < 0)
+                return report_usage(NULL, "%s: '%s' is not a wall-clock time", what, s);
+        int64_t at;
+        if (rel) {
+                /* Before the end: the recording's, or its last sample's if later. */
+                struct trace_summary sum;
+                int st = trace_reader_summary(r, &sum);
+                if (st < 0)
+                        return report_read_failed(path, r, st);
+                struct trace_filter all = {0};
+                at = select_end_ns(r, &all, &sum) + t;
+        } else {
+                const char *start = trace_reader_meta(r, TRACE_META_START_WALL_NS);
+                char *end = NULL;
+                long long w = start ? strtoll(start, &end, 10) : 0;
+                if (!start || !*start || *end || w <= 0)
+                        return report_fail(path,
+                                           "%s %s: the trace does not say when it started by "
+                                           "the wall clock (no meta start_wall_ns); select by "
+                                           "offset with --from and --to",
+                                           what, s);
+                at = t - w;
+        }
+        *ns = at > 0 ? at : 0;
+        return 0;
+}
+
 int64_t select_end_ns(const struct trace_reader *r, const struct trace_filter *f,
                       const struct trace_summary *sum)
 {
@@ -319,6 +370,12 @@ int select_opts_parse(struct select_opts *o, int c, const char *arg)
                 return 1;
         case SELECT_OPT_TO:
                 o->to = arg;
+                return 1;
+        case SELECT_OPT_SINCE:
+                o->since = arg;
+                return 1;
+        case SELECT_OPT_UNTIL:
+                o->until = arg;
                 return 1;
         case SELECT_OPT_PID:
         case SELECT_OPT_THREAD:

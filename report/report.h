@@ -96,6 +96,26 @@ int report_usage(const char *cmd, const char *fmt, ...) __attribute__((format(pr
 int report_open(const char *path, struct trace_reader **out);
 
 /*
+ * Open what the user named as one recording: a trace file, several files
+ * of one rotating recording, a directory (the trace files in it, which
+ * must be of one rotation) or a glob the shell left alone (quoted), read
+ * in time order as one (trace_reader_open_set). `output` (may be NULL) is
+ * checked not to be one of the files. Returns 0 with *out set, or
+ * REPORT_EXIT_FAIL after a message naming inputs[0].
+ */
+int report_open_inputs(char *const *inputs, size_t n, const char *output,
+                       struct trace_reader **out);
+
+/*
+ * Resolve a wall-clock time (pf_parse_wall_time: ISO-8601 or "-1h" from
+ * the end) against trace `r`: nanoseconds from its start, clamped to 0.
+ * Returns 0, or REPORT_EXIT_FAIL after a message for an option `what`
+ * ("--since") on a trace that has no wall-clock start.
+ */
+int select_wall_time(struct trace_reader *r, const char *path, const char *what, const char *s,
+                     int64_t *ns);
+
+/*
  * Refuse an -o `output` that is the trace file itself (the report would
  * replace the recording). Returns 0, or prints why and returns REPORT_EXIT_FAIL.
  */
@@ -175,6 +195,7 @@ void table_free(struct table *t);
 /* The sample selection every view accepts, as given on the command line. */
 struct select_opts {
         const char *from, *to;         /* durations or percentages, NULL when absent */
+        const char *since, *until;     /* wall-clock times (pf_parse_wall_time), NULL when absent */
         char *pids;                    /* "PID[,PID...]": every --pid, comma-joined; malloc'ed */
         char *threads;                 /* "TID|PYID|NAME[,...]": every --thread likewise */
         bool idle;                     /* keep samples of threads that were not on CPU */
@@ -198,6 +219,8 @@ enum {
         SELECT_OPT_ASYNC,
         SELECT_OPT_NO_NATIVE,
         SELECT_OPT_NATIVE_MODULES,
+        SELECT_OPT_SINCE,
+        SELECT_OPT_UNTIL,
         SELECT_OPT_END,
 };
 #define SELECT_LONG_OPTIONS                                                                        \
@@ -212,6 +235,8 @@ enum {
         }
 #define SELECT_WINDOW_OPTIONS                                                                      \
         {"from", required_argument, NULL, SELECT_OPT_FROM},                                        \
+            {"since", required_argument, NULL, SELECT_OPT_SINCE},                                  \
+            {"until", required_argument, NULL, SELECT_OPT_UNTIL},                                  \
         {                                                                                          \
                 "to", required_argument, NULL, SELECT_OPT_TO                                       \
         }

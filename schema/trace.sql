@@ -105,6 +105,12 @@
 --                                file has the same id and content here
 --       segments        TEXT     in a trace joined from such files
 --                                (pyflame-report join, snapshots): "FIRST-LAST"
+--       gaps            TEXT     in the temporary trace a reader joins to read
+--                                a set with files missing (trace_reader_open_
+--                                set; never in a file left on disk): per gap
+--                                "FROM_NS,TO_NS,FIRST,LAST", ';' between gaps,
+--                                the time no file covers on this trace's time
+--                                line and the segments missing
 --     Other keys may appear; readers ignore keys they do not know.
 --
 --   strings(id, value)          interned text (function names, file names).

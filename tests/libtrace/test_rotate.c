@@ -5,7 +5,10 @@
  * files add up to those written, each exactly once, with the cut between
  * them; the joined trace is the one recording again, on one time line; a
  * rotation to a path that exists leaves the writer writing where it was;
- * and files that do not follow each other are not joined.
+ * and files that do not follow each other are not joined. Reading a set
+ * (trace_reader_open_set): the files in any order read as the joined
+ * trace, a missing file a gap with its span and segment, files of another
+ * set, given twice or already joined refused, nothing left in TMPDIR.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <dirent.h>
 
 #include <cmocka.h>
 
@@ -232,6 +237,117 @@ static void test_join_refuses_gap(void **state)
         assert_int_equal(access(f->joined, F_OK), -1);
 }
 
+/* Entries in directory `dir` (not . and ..). */
+static int dir_entries(const char *dir)
+{
+        DIR *d = opendir(dir);
+        assert_non_null(d);
+        int n = 0;
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL)
+                n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+        closedir(d);
+        return n;
+}
+
+/* The files in any order read as the joined trace; the temporary copy is gone. */
+static void test_open_set(void **state)
+{
+        struct fixture *f = *state;
+        char *tmp = tu_mkdtemp();
+        char *old = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
+        setenv("TMPDIR", tmp, 1);
+        const char *paths[] = {f->file[2], f->file[0], f->file[1]};
+        struct trace_reader *r = NULL;
+        if (trace_reader_open_set(paths, 3, &r) != 0)
+                fail_msg("open set: %s", trace_reader_errmsg(r));
+        assert_int_equal(dir_entries(tmp), 0);
+        struct trace_summary s;
+        assert_int_equal(trace_reader_summary(r, &s), 0);
+        assert_int_equal(s.samples, 3 * 2 * PER_FILE);
+        assert_int_equal(s.errors[TRACE_ERROR_TORN], 3);
+        assert_true(s.finalized);
+        assert_int_equal(meta_int(r, TRACE_META_START_MONO_NS), f->origin);
+        assert_int_equal(trace_reader_gap_count(r), 0);
+        int64_t seen[2] = {0, INT64_MIN};
+        assert_int_equal(trace_reader_foreach_sample(r, NULL, add_time, seen), 0);
+        assert_int_equal(seen[0], 3 * PER_FILE);
+        trace_reader_close(r);
+        if (old)
+                setenv("TMPDIR", old, 1);
+        else
+                unsetenv("TMPDIR");
+        free(old);
+        tu_rmdir(tmp);
+}
+
+/* A missing middle file: a gap, its span the missing file's, no sample in it. */
+static void test_open_set_gap(void **state)
+{
+        struct fixture *f = *state;
+        const char *paths[] = {f->file[0], f->file[2]};
+        struct trace_reader *r = NULL;
+        if (trace_reader_open_set(paths, 2, &r) != 0)
+                fail_msg("open set: %s", trace_reader_errmsg(r));
+        struct trace_summary s;
+        assert_int_equal(trace_reader_summary(r, &s), 0);
+        assert_int_equal(s.samples, 2 * 2 * PER_FILE);
+        assert_int_equal(trace_reader_gap_count(r), 1);
+        struct trace_gap g;
+        assert_int_equal(trace_reader_gap_at(r, 0, &g), 0);
+        assert_int_equal(g.from_ns, f->cut[0] - f->origin);
+        assert_int_equal(g.to_ns, f->cut[1] - f->origin);
+        assert_int_equal(g.first_segment, 2);
+        assert_int_equal(g.last_segment, 2);
+        assert_int_equal(trace_reader_gap_at(r, 1, &g), TRACE_ERR_ARG);
+        /* No sample lies in the gap. */
+        struct trace_filter in_gap = {.from_ns = g.from_ns, .to_ns = g.to_ns};
+        uint64_t *counts = NULL, total = 7;
+        assert_int_equal(trace_reader_count_by_stack(r, &in_gap, &counts, &total), 0);
+        assert_int_equal(total, 0);
+        free(counts);
+        trace_reader_close(r);
+}
+
+/* Files of another recording, or one file twice: refused, saying why. */
+static void test_open_set_refuses(void **state)
+{
+        struct fixture *f = *state;
+        char *other = tu_path(f->dir, "other.db");
+        struct trace_writer *w = NULL;
+        tu_must(w, trace_writer_create(other, TRACE_CREATE_FORCE, &w), "create");
+        tu_must(w, trace_writer_set_meta(w, TRACE_META_SEGMENT_SET, "set-2"), "meta");
+        tu_must(w, trace_writer_finalize(w), "finalize");
+        trace_writer_free(w);
+        const char *mixed[] = {f->file[0], other};
+        struct trace_reader *r = NULL;
+        assert_int_equal(trace_reader_open_set(mixed, 2, &r), TRACE_ERR_ARG);
+        assert_non_null(strstr(trace_reader_errmsg(r), "different recordings"));
+        assert_non_null(strstr(trace_reader_errmsg(r), "merge"));
+        trace_reader_close(r);
+        const char *twice[] = {f->file[1], f->file[1]};
+        r = NULL;
+        assert_int_equal(trace_reader_open_set(twice, 2, &r), TRACE_ERR_ARG);
+        assert_non_null(strstr(trace_reader_errmsg(r), "twice"));
+        trace_reader_close(r);
+        /* A join of the set (a snapshot) beside its files would count them twice. */
+        char *joined = tu_path(f->dir, "snap.db");
+        const char *parts[] = {f->file[0], f->file[1]};
+        w = NULL;
+        if (trace_join_segments(joined, TRACE_CREATE_FORCE, parts, 2, &w) != 0)
+                fail_msg("join: %s", trace_writer_errmsg(w));
+        trace_writer_free(w);
+        const char *with_join[] = {joined, f->file[2]};
+        r = NULL;
+        assert_int_equal(trace_reader_open_set(with_join, 2, &r), TRACE_ERR_ARG);
+        assert_non_null(strstr(trace_reader_errmsg(r), "already the files of a rotation joined"));
+        trace_reader_close(r);
+        unlink(joined);
+        free(joined);
+        unlink(other);
+        free(other);
+}
+
 /* A rotation that cannot make its file changes nothing: the writer goes on. */
 static void test_rotate_to_existing_file(void **state)
 {
@@ -264,6 +380,9 @@ int main(void)
             cmocka_unit_test(test_each_file_complete),
             cmocka_unit_test(test_join),
             cmocka_unit_test(test_join_refuses_gap),
+            cmocka_unit_test(test_open_set),
+            cmocka_unit_test(test_open_set_gap),
+            cmocka_unit_test(test_open_set_refuses),
             cmocka_unit_test(test_rotate_to_existing_file),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
