@@ -14,6 +14,8 @@ pkgs=(gcc pkg-config meson ninja-build python3 sqlite3 libsqlite3-dev libelf-dev
       # libbpf need that their -dev packages do not pull in
       libzstd-dev liblz4-dev libacl1-dev libxml2-dev liblzma-dev libbz2-dev nettle-dev
       libicu-dev file
+      # the Pyroscope recipe (scripts/pyroscope-push.sh) and its test
+      curl
       # the Debian packages (tests/deb/check-deb.sh)
       dpkg-dev debhelper lintian xz-utils git)
 missing=()

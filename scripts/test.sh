@@ -48,7 +48,7 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=
 meson test -C build-ci-asan --suite unit --suite golden --print-errorlogs
 python3 tests/e2e/run_e2e.py --record build-ci-asan/record/pyflame-record \
   --report build-ci-asan/report/pyflame-report --only 3.12
-for t in test_native test_async test_continuous test_live; do
+for t in test_native test_async test_continuous test_live test_sets; do
   python3 tests/e2e/$t.py --record build-ci-asan/record/pyflame-record \
     --report build-ci-asan/report/pyflame-report --only 3.12
 done
@@ -61,7 +61,7 @@ export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 meson test -C build-ci-tsan --suite unit --suite golden --print-errorlogs
 python3 tests/e2e/run_e2e.py --record build-ci-tsan/record/pyflame-record \
   --report build-ci-tsan/report/pyflame-report --only 3.12
-for t in test_native test_async test_continuous test_live; do
+for t in test_native test_async test_continuous test_live test_sets; do
   python3 tests/e2e/$t.py --record build-ci-tsan/record/pyflame-record \
     --report build-ci-tsan/report/pyflame-report --only 3.12
 done
