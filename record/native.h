@@ -105,6 +105,8 @@ struct native_stats {
         uint64_t unwind_ns;     /* wall time in native_unwind() */
         uint64_t warm_unwinds;  /* native_unwind() calls that named no new address */
         uint64_t warm_unwind_ns;
+        uint64_t cfi_rules;     /* PCs whose CFI rule was decoded (then cached) */
+        uint64_t cfi_fallbacks; /* unwinds the cached rules left to libdw */
 };
 void native_get_stats(const struct native *n, struct native_stats *st);
 
