@@ -48,6 +48,11 @@
 #include <elfutils/libdwfl.h>
 #endif
 
+#ifdef PYFLAME_HAVE_CXA_DEMANGLE
+/* libstdc++'s demangler (cxxabi.h), declared here so that no C++ compiler is needed. */
+extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
+#endif
+
 #define STACK_START   (16u << 10) /* bytes of stack copied from SP at first; grows on need */
 #define STACK_MAX     (1u << 20)  /* bound of the copy, however deep the stack */
 #define STACK_PAGE    4096u
@@ -881,6 +886,28 @@ static bool interpreter_module(const char *path)
         return strncmp(base, "python", 6) == 0 || strncmp(base, "libpython", 9) == 0;
 }
 
+/*
+ * A C++ symbol's name demangled (`ns::Klass::method(int)`), malloc'd; NULL
+ * when `name` is not a mangled name or there is no demangler.
+ */
+static char *demangle(const char *name)
+{
+#ifdef PYFLAME_HAVE_CXA_DEMANGLE
+        if (strncmp(name, "_Z", 2) != 0)
+                return NULL;
+        int status = 0;
+        char *d = __cxa_demangle(name, NULL, NULL, &status);
+        if (status != 0) {
+                free(d);
+                return NULL;
+        }
+        return d;
+#else
+        (void)name;
+        return NULL;
+#endif
+}
+
 /* Name `addr` (a return address minus one, or a leaf's PC) into a new entry. */
 static struct native_sym *sym_make(struct native *n, uint64_t addr)
 {
@@ -940,7 +967,8 @@ static struct native_sym *sym_make(struct native *n, uint64_t addr)
                 snprintf(buf, sizeof(buf), "%s+0x%" PRIx64, basename_of(module), offset);
                 function = buf;
         }
-        e->function = strdup(function);
+        char *demangled = named ? demangle(function) : NULL;
+        e->function = demangled ? demangled : strdup(function);
         e->file = strdup(file ? file : module);
         e->module = strdup(module);
         if (!e->function || !e->file || !e->module) {
