@@ -11,6 +11,15 @@
  * then. A read outside the copy goes to the target (through a small line
  * cache) and grows the copy of the next samples, up to STACK_MAX bytes.
  *
+ * Unwinding is our own for the frames it can do exactly as libdw would: the
+ * CFI rule at each PC (the CFA as a register plus an offset, registers saved
+ * at CFA+N) is decoded once with libdw and cached, so that a warm unwind is a
+ * hash look-up and a read or two from the copy per frame. A frame the cache
+ * does not cover (no CFI, a DWARF expression, a signal frame, a register not
+ * known) hands the whole stack to libdw's dwfl_getthread_frames(). The copy
+ * of a thread's stack reaches as far up as its last complete unwind read
+ * (its outermost frame does not move), not a fixed size.
+ *
  * Names are cached by address (the return address minus one, so that a call
  * at a function's end is named by its caller's line): each address is looked
  * up in the symbol tables and the line tables once. Entries are never freed
@@ -39,9 +48,17 @@
 #include <elfutils/libdwfl.h>
 #endif
 
+#ifdef PYFLAME_HAVE_CXA_DEMANGLE
+/* libstdc++'s demangler (cxxabi.h), declared here so that no C++ compiler is needed. */
+extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
+#endif
+
 #define STACK_START   (16u << 10) /* bytes of stack copied from SP at first; grows on need */
 #define STACK_MAX     (1u << 20)  /* bound of the copy, however deep the stack */
 #define STACK_PAGE    4096u
+#define TOP_SLACK     256u       /* bytes copied above the top a thread's last unwind read */
+#define TOPS_MAX      4096u      /* threads whose stack top is remembered */
+#define RULE_MAX      (1u << 16) /* PCs whose CFI rule is cached before the cache starts over */
 #define LINE_BYTES    64u
 #define LINE_SLOTS    64u
 #define SYM_MAX       (1u << 20)  /* distinct addresses named before the cache starts over */
@@ -166,6 +183,31 @@ struct capture {
         uint64_t regs[N_DWARF_REGS];
         uint64_t base;   /* target address of the copy's first byte (SP) */
         size_t off, len; /* the copy: n->stack + off, len bytes */
+        size_t asked;    /* bytes asked for (len is less at the end of the mapping) */
+};
+
+/*
+ * How to recover one register of the caller from a frame's CFA, the subset
+ * of CFI rules that x86-64 code compiled from C uses (the CFA is a register
+ * plus an offset, a register saved at CFA+N or equal to CFA+N, or not
+ * touched). Everything else (DWARF expressions, a register copied from
+ * another one) is RULE_OTHER: the register is then not known, and an
+ * unwind that needs it is done again by libdw.
+ */
+enum reg_rule_kind { RULE_UNDEFINED, RULE_SAME, RULE_AT_CFA, RULE_IS_CFA, RULE_OTHER };
+
+/* What the CFI says for one adjusted PC, as decoded once by cfi_rule_make(). */
+struct cfi_rule {
+        bool usable;     /* false: no CFI, a signal frame, or a CFA we do not compute */
+        uint8_t cfa_reg; /* CFA = regs[cfa_reg] + cfa_off */
+        uint8_t kind[N_DWARF_REGS];
+        int64_t cfa_off;
+        int64_t off[N_DWARF_REGS]; /* RULE_AT_CFA, RULE_IS_CFA: CFA + off */
+};
+
+struct stack_top {
+        pid_t tid;
+        uint64_t top; /* one past the highest stack byte an unwind of the thread read */
 };
 
 struct line {
@@ -189,7 +231,13 @@ struct native {
         size_t want; /* bytes to copy from SP */
         struct iovec *riov;
 
+        /* per thread: the top of the stack its last complete unwind read (capture sizes) */
+        struct stack_top *tops;
+        size_t n_tops, cap_tops;
+
         const struct capture *cur; /* the capture being unwound */
+        uint64_t cur_top;          /* highest address + 8 read in the copy by this unwind */
+        bool cur_outside;          /* this unwind read outside the copy */
         struct line lines[LINE_SLOTS];
         bool unknown_pc; /* an address in no module: the maps may have changed */
         long long refreshed_ns;
@@ -201,6 +249,11 @@ struct native {
         struct native_sym **all; /* by id - 1, for freeing */
         size_t n_all, cap_all;
         uint32_t next_id;
+
+        /* adjusted PC -> its CFI rule (cfi_rule()), open addressing; emptied on a refresh */
+        uint64_t *rule_keys;
+        struct cfi_rule *rules;
+        size_t rule_cap, rule_n;
 
         /* native_unwind()'s frame callback state */
         const struct native_sym **out;
@@ -321,21 +374,33 @@ static bool read_live(struct native *n, uint64_t addr, uint64_t *out)
         return true;
 }
 
-static bool cb_memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *arg)
+/*
+ * A word of the target for the unwind of n->cur: from its stack copy, else
+ * live through the line cache. Notes how far up the stack the unwind read
+ * (the next capture of the thread copies that much: capture_size()).
+ */
+static bool read_word(struct native *n, uint64_t addr, uint64_t *result)
 {
-        (void)dwfl;
-        struct native *n = arg;
         const struct capture *c = n->cur;
+        if (c && addr >= c->base && addr - c->base < STACK_MAX && addr + 8 > n->cur_top)
+                n->cur_top = addr + 8;
         if (c && addr >= c->base && addr - c->base + 8 <= c->len) {
                 memcpy(result, n->stack + c->off + (addr - c->base), 8);
                 return true;
         }
+        n->cur_outside = true;
         /* Just above the copy: the stack goes on deeper than we copied. */
         if (c && addr >= c->base + c->len && addr < c->base + STACK_MAX && n->want < STACK_MAX &&
-            c->len == n->want)
+            c->len == c->asked && c->asked == n->want)
                 n->want *= 2;
+        return read_live(n, addr, result);
+}
+
+static bool cb_memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *arg)
+{
+        (void)dwfl;
         uint64_t v;
-        if (!read_live(n, addr, &v))
+        if (!read_word(arg, addr, &v))
                 return false;
         *result = v;
         return true;
@@ -377,7 +442,7 @@ int native_open(pid_t pid, struct native **out, char *err, size_t errlen)
         n->root_len = strlen(n->root);
         n->callbacks.find_elf = dwfl_linux_proc_find_elf;
         n->callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
-        n->riov = calloc(STACK_MAX / STACK_PAGE, sizeof(*n->riov));
+        n->riov = calloc(STACK_MAX / STACK_PAGE + 1, sizeof(*n->riov));
         n->dwfl = n->riov ? dwfl_begin(&n->callbacks) : NULL;
         if (!n->dwfl) {
                 snprintf(err, errlen, "out of memory");
@@ -420,6 +485,9 @@ void native_close(struct native *n)
         free(n->all);
         free(n->keys);
         free(n->vals);
+        free(n->rule_keys);
+        free(n->rules);
+        free(n->tops);
         free(n->caps);
         free(n->stack);
         free(n->riov);
@@ -453,13 +521,61 @@ static struct capture *capture_new(struct native *n, pid_t tid)
 }
 
 /*
- * Copy the stack from sp up, n->want bytes at most, in one call: one remote
+ * How much stack to copy for thread `tid` at `sp`: up to the top its last
+ * complete unwind read (its outermost frame does not move while the thread
+ * lives), and a little more; n->want bytes for a thread not unwound yet.
+ */
+static size_t capture_size(const struct native *n, pid_t tid, uint64_t sp)
+{
+        for (size_t i = 0; i < n->n_tops; i++) {
+                if (n->tops[i].tid != tid)
+                        continue;
+                uint64_t top = n->tops[i].top;
+                if (top > sp && top - sp <= STACK_MAX - TOP_SLACK)
+                        return (size_t)(top - sp) + TOP_SLACK;
+                break;
+        }
+        return n->want;
+}
+
+/* After an unwind of `c` that reached the root: remember how far up it read. */
+static void note_top(struct native *n, const struct capture *c)
+{
+        if (!n->cur_top)
+                return;
+        struct stack_top *t = NULL;
+        for (size_t i = 0; i < n->n_tops && !t; i++)
+                if (n->tops[i].tid == c->tid)
+                        t = &n->tops[i];
+        if (!t) {
+                if (n->n_tops == TOPS_MAX)
+                        n->n_tops = 0; /* mostly threads gone by now: start over */
+                if (n->n_tops == n->cap_tops) {
+                        size_t cap = n->cap_tops ? 2 * n->cap_tops : 16;
+                        struct stack_top *p = realloc(n->tops, cap * sizeof(*p));
+                        if (!p)
+                                return;
+                        n->tops = p;
+                        n->cap_tops = cap;
+                }
+                t = &n->tops[n->n_tops++];
+                t->tid = c->tid;
+                t->top = 0;
+        }
+        /* A top below this stack pointer or far above it was another thread's (tid reused). */
+        bool same_stack = t->top > c->base && t->top - c->base <= STACK_MAX;
+        if (!same_stack || n->cur_top > t->top)
+                t->top = n->cur_top;
+}
+
+/*
+ * Copy the stack from sp up, `want` bytes at most, in one call: one remote
  * range per page, so that the copy stops at the end of the mapping (the
  * call transfers whole ranges up to the first it cannot read).
  */
 static int copy_stack(struct native *n, struct capture *c, uint64_t sp)
 {
-        size_t want = n->want;
+        size_t want = capture_size(n, c->tid, sp);
         if (n->stack_len + want > n->stack_cap) {
                 size_t cap = n->stack_cap ? n->stack_cap : STACK_MAX;
                 while (cap < n->stack_len + want)
@@ -473,7 +589,7 @@ static int copy_stack(struct native *n, struct capture *c, uint64_t sp)
         size_t nv = 0;
         uint64_t a = sp;
         uint64_t end = sp + want;
-        while (a < end && nv < STACK_MAX / STACK_PAGE) {
+        while (a < end && nv < STACK_MAX / STACK_PAGE + 1) {
                 uint64_t next = (a & ~(uint64_t)(STACK_PAGE - 1)) + STACK_PAGE;
                 if (next > end)
                         next = end;
@@ -489,6 +605,7 @@ static int copy_stack(struct native *n, struct capture *c, uint64_t sp)
         c->base = sp;
         c->off = n->stack_len;
         c->len = (size_t)got;
+        c->asked = want;
         n->stack_len += (size_t)got;
         n->st.captures++;
         n->st.capture_bytes += (size_t)got;
@@ -769,6 +886,28 @@ static bool interpreter_module(const char *path)
         return strncmp(base, "python", 6) == 0 || strncmp(base, "libpython", 9) == 0;
 }
 
+/*
+ * A C++ symbol's name demangled (`ns::Klass::method(int)`), malloc'd; NULL
+ * when `name` is not a mangled name or there is no demangler.
+ */
+static char *demangle(const char *name)
+{
+#ifdef PYFLAME_HAVE_CXA_DEMANGLE
+        if (strncmp(name, "_Z", 2) != 0)
+                return NULL;
+        int status = 0;
+        char *d = __cxa_demangle(name, NULL, NULL, &status);
+        if (status != 0) {
+                free(d);
+                return NULL;
+        }
+        return d;
+#else
+        (void)name;
+        return NULL;
+#endif
+}
+
 /* Name `addr` (a return address minus one, or a leaf's PC) into a new entry. */
 static struct native_sym *sym_make(struct native *n, uint64_t addr)
 {
@@ -828,7 +967,8 @@ static struct native_sym *sym_make(struct native *n, uint64_t addr)
                 snprintf(buf, sizeof(buf), "%s+0x%" PRIx64, basename_of(module), offset);
                 function = buf;
         }
-        e->function = strdup(function);
+        char *demangled = named ? demangle(function) : NULL;
+        e->function = demangled ? demangled : strdup(function);
         e->file = strdup(file ? file : module);
         e->module = strdup(module);
         if (!e->function || !e->file || !e->module) {
@@ -875,6 +1015,205 @@ static const struct native_sym *symbolize(struct native *n, uint64_t addr)
         return e;
 }
 
+/* ---- CFI rules, cached per PC ----------------------------------------------------- */
+
+/* Decode what the CFI says at `pc` (already adjusted: a return address minus one). */
+static void cfi_rule_make(struct native *n, uint64_t pc, struct cfi_rule *r)
+{
+        memset(r, 0, sizeof(*r));
+        Dwfl_Module *mod = dwfl_addrmodule(n->dwfl, pc);
+        if (!mod)
+                return;
+        /* As libdw's unwinder: .eh_frame first, then .debug_frame. */
+        Dwarf_Addr bias = 0;
+        Dwarf_Frame *f = NULL;
+        Dwarf_CFI *cfi = dwfl_module_eh_cfi(mod, &bias);
+        if (!cfi || dwarf_cfi_addrframe(cfi, pc - bias, &f) != 0) {
+                f = NULL;
+                cfi = dwfl_module_dwarf_cfi(mod, &bias);
+                if (!cfi || dwarf_cfi_addrframe(cfi, pc - bias, &f) != 0)
+                        return;
+        }
+        bool signal = false;
+        Dwarf_Op *ops = NULL;
+        size_t nops = 0;
+        /* A signal frame's caller is an interrupted instruction, not a call: left to libdw. */
+        if (dwarf_frame_info(f, NULL, NULL, &signal) != 16 || signal ||
+            dwarf_frame_cfa(f, &ops, &nops) != 0 || nops != 1)
+                goto out;
+        if (ops[0].atom == DW_OP_bregx) {
+                r->cfa_reg = ops[0].number < N_DWARF_REGS ? (uint8_t)ops[0].number : 0xff;
+                r->cfa_off = (int64_t)ops[0].number2;
+        } else if (ops[0].atom >= DW_OP_breg0 && ops[0].atom <= DW_OP_breg31) {
+                r->cfa_reg = (uint8_t)(ops[0].atom - DW_OP_breg0);
+                r->cfa_off = (int64_t)ops[0].number;
+        } else {
+                goto out;
+        }
+        if (r->cfa_reg >= N_DWARF_REGS)
+                goto out;
+        for (int reg = 0; reg < N_DWARF_REGS; reg++) {
+                Dwarf_Op mem[3];
+                r->kind[reg] = RULE_OTHER;
+                if (dwarf_frame_register(f, reg, mem, &ops, &nops) != 0)
+                        continue;
+                if (nops == 0) {
+                        if (ops == mem)
+                                r->kind[reg] = RULE_UNDEFINED;
+                        else if (!ops)
+                                r->kind[reg] = RULE_SAME;
+                        continue;
+                }
+                if (ops[0].atom != DW_OP_call_frame_cfa)
+                        continue;
+                size_t k = 1;
+                int64_t off = 0;
+                if (k < nops && ops[k].atom == DW_OP_plus_uconst)
+                        off = (int64_t)ops[k++].number;
+                enum reg_rule_kind kind = RULE_AT_CFA;
+                if (k < nops && ops[k].atom == DW_OP_stack_value) {
+                        kind = RULE_IS_CFA;
+                        k++;
+                }
+                if (k == nops) {
+                        r->kind[reg] = (uint8_t)kind;
+                        r->off[reg] = off;
+                }
+        }
+        r->usable = true;
+out:
+        free(f);
+}
+
+static int rule_table_grow(struct native *n)
+{
+        size_t cap = n->rule_cap ? 2 * n->rule_cap : 1024;
+        uint64_t *k = calloc(cap, sizeof(*k));
+        struct cfi_rule *v = calloc(cap, sizeof(*v));
+        if (!k || !v) {
+                free(k);
+                free(v);
+                return -ENOMEM;
+        }
+        for (size_t i = 0; i < n->rule_cap; i++) {
+                if (!n->rule_keys[i])
+                        continue;
+                size_t j = hash_addr(n->rule_keys[i]) & (cap - 1);
+                while (k[j])
+                        j = (j + 1) & (cap - 1);
+                k[j] = n->rule_keys[i];
+                v[j] = n->rules[i];
+        }
+        free(n->rule_keys);
+        free(n->rules);
+        n->rule_keys = k;
+        n->rules = v;
+        n->rule_cap = cap;
+        return 0;
+}
+
+/* Forget every rule: the modules were reported again (they may have moved). */
+static void rules_forget(struct native *n)
+{
+        if (n->rule_keys)
+                memset(n->rule_keys, 0, n->rule_cap * sizeof(*n->rule_keys));
+        n->rule_n = 0;
+}
+
+/*
+ * The CFI rule at `pc` (adjusted), decoded the first time and cached.
+ * Valid until the next call. NULL when out of memory.
+ */
+static const struct cfi_rule *cfi_rule(struct native *n, uint64_t pc)
+{
+        if (!pc)
+                return NULL; /* 0 marks an empty slot */
+        if (n->rule_n >= RULE_MAX)
+                rules_forget(n);
+        if ((n->rule_n + 1) * 2 > n->rule_cap && rule_table_grow(n) < 0)
+                return NULL;
+        size_t j = hash_addr(pc) & (n->rule_cap - 1);
+        while (n->rule_keys[j]) {
+                if (n->rule_keys[j] == pc)
+                        return &n->rules[j];
+                j = (j + 1) & (n->rule_cap - 1);
+        }
+        cfi_rule_make(n, pc, &n->rules[j]);
+        n->rule_keys[j] = pc;
+        n->rule_n++;
+        n->st.cfi_rules++;
+        return &n->rules[j];
+}
+
+/*
+ * Unwind n->cur with the cached rules, naming each frame into n->out as
+ * on_frame() does. Returns 0 when it reached the root (the caller's return
+ * address is undefined or zero), 1 when n->out is full, or -EAGAIN when a
+ * frame is one it leaves to libdw: no CFI (frame pointers then), a rule it
+ * does not decode, a register it does not know, an address in no module.
+ * It then gives up before it can differ from libdw, which starts again.
+ */
+static int unwind_cached(struct native *n)
+{
+        const struct capture *c = n->cur;
+        uint64_t regs[N_DWARF_REGS], next[N_DWARF_REGS];
+        uint32_t known = 0;
+        if (c->full) {
+                memcpy(regs, c->regs, sizeof(regs));
+                known = (1u << N_DWARF_REGS) - 1;
+        } else {
+                memset(regs, 0, sizeof(regs));
+                regs[7] = c->regs[7];
+                regs[16] = c->regs[16];
+                known = 1u << 7 | 1u << 16;
+        }
+        for (bool activation = true;; activation = false) {
+                uint64_t pc = regs[16];
+                if (pc == 0)
+                        return -EAGAIN;
+                /* A return address is past its call: look up the call itself. */
+                uint64_t addr = activation ? pc : pc - 1;
+                const struct native_sym *e = symbolize(n, addr);
+                if (!e || (e->flags & SYM_NO_MODULE))
+                        return -EAGAIN;
+                n->out[n->out_n++] = e;
+                if (n->out_n >= n->out_cap)
+                        return 1;
+                const struct cfi_rule *r = cfi_rule(n, addr);
+                if (!r || !r->usable || !(known & 1u << r->cfa_reg))
+                        return -EAGAIN;
+                uint64_t cfa = regs[r->cfa_reg] + (uint64_t)r->cfa_off;
+                uint32_t next_known = 0;
+                for (int reg = 0; reg < N_DWARF_REGS; reg++) {
+                        uint64_t at = cfa + (uint64_t)r->off[reg];
+                        switch (r->kind[reg]) {
+                        case RULE_SAME:
+                                next[reg] = regs[reg];
+                                next_known |= known & 1u << reg;
+                                break;
+                        case RULE_AT_CFA:
+                                if (read_word(n, at, &next[reg]))
+                                        next_known |= 1u << reg;
+                                break;
+                        case RULE_IS_CFA:
+                                next[reg] = at;
+                                next_known |= 1u << reg;
+                                break;
+                        default:
+                                break;
+                        }
+                }
+                if (r->kind[16] == RULE_UNDEFINED)
+                        return 0; /* the outermost frame (_start, a thread's clone) */
+                if (!(next_known & 1u << 16))
+                        return -EAGAIN;
+                if (next[16] == 0)
+                        return 0;
+                memcpy(regs, next, sizeof(regs));
+                known = next_known;
+        }
+}
+
 /* ---- unwinding ------------------------------------------------------------------- */
 
 static int on_frame(Dwfl_Frame *state, void *arg)
@@ -910,8 +1249,21 @@ int native_unwind(struct native *n, pid_t tid, const struct native_sym **out, si
                 n->out = out;
                 n->out_cap = cap < NATIVE_MAX_DEPTH ? cap : NATIVE_MAX_DEPTH;
                 n->out_n = 0;
+                n->cur_top = 0;
+                n->cur_outside = false;
                 n->st.unwinds++;
-                rc = n->out_cap ? dwfl_getthread_frames(n->dwfl, tid, on_frame, n) : 0;
+                rc = n->out_cap ? unwind_cached(n) : 0;
+                if (rc == -EAGAIN) {
+                        /* libdw does it all again, from the same capture. */
+                        n->st.cfi_fallbacks++;
+                        n->unknown_pc = false;
+                        n->out_n = 0;
+                        n->cur_top = 0;
+                        n->cur_outside = false;
+                        rc = dwfl_getthread_frames(n->dwfl, tid, on_frame, n);
+                }
+                if (rc == 0)
+                        note_top(n, c);
                 n->cur = NULL;
                 /*
                  * An address in no module: a library was loaded since the
@@ -925,6 +1277,7 @@ int native_unwind(struct native *n, pid_t tid, const struct native_sym **out, si
                 if (report_modules(n) < 0)
                         break;
                 sym_forget_unknown(n);
+                rules_forget(n);
         }
         *depth = n->out_n;
         n->st.frames += n->out_n;

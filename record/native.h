@@ -14,8 +14,8 @@
  * Modules come from /proc/PID/maps and are opened through /proc/PID/root, so
  * a target in another mount namespace (a container) is read as it sees its
  * files. Separate debug files are found the standard way (.gnu_debuglink,
- * build-id under /usr/lib/debug on the recorder's side). Names are left as
- * the symbol tables hold them: C++ names are not demangled.
+ * build-id under /usr/lib/debug on the recorder's side). C++ names are
+ * demangled (libstdc++'s __cxa_demangle) when pyflame-record is built with it.
  *
  * Everything read from the target is untrusted: depths and copies are
  * bounded, and an unwind that fails part way returns the frames found up to
@@ -105,6 +105,8 @@ struct native_stats {
         uint64_t unwind_ns;     /* wall time in native_unwind() */
         uint64_t warm_unwinds;  /* native_unwind() calls that named no new address */
         uint64_t warm_unwind_ns;
+        uint64_t cfi_rules;     /* PCs whose CFI rule was decoded (then cached) */
+        uint64_t cfi_fallbacks; /* unwinds the cached rules left to libdw */
 };
 void native_get_stats(const struct native *n, struct native_stats *st);
 

@@ -730,6 +730,9 @@ static void stats_add(struct sampler_stats *sum, const struct sampler_stats *st)
         sum->native_unwind_ns += st->native_unwind_ns;
         sum->native_warm_unwinds += st->native_warm_unwinds;
         sum->native_warm_unwind_ns += st->native_warm_unwind_ns;
+        sum->native_cfi_rules += st->native_cfi_rules;
+        sum->native_cfi_fallbacks += st->native_cfi_fallbacks;
+        sum->native_capture_bytes += st->native_capture_bytes;
         sum->native_frames += st->native_frames;
         sum->native_symbols += st->native_symbols;
 }
@@ -1902,6 +1905,11 @@ static int finish_trace(struct recording *r, int status)
                                           (int64_t)c->native_warm_unwind_ns);
                 trace_writer_set_meta_int(w, "native_frames", (int64_t)c->native_frames);
                 trace_writer_set_meta_int(w, "native_symbols", (int64_t)c->native_symbols);
+                trace_writer_set_meta_int(w, "native_cfi_rules", (int64_t)c->native_cfi_rules);
+                trace_writer_set_meta_int(w, "native_cfi_fallbacks",
+                                          (int64_t)c->native_cfi_fallbacks);
+                trace_writer_set_meta_int(w, "native_capture_bytes",
+                                          (int64_t)c->native_capture_bytes);
         }
         if (r->sources) {
                 /* Whatever is still queued: the processes may be gone, their roots are not. */

@@ -232,6 +232,9 @@ void sampler_get_stats(const struct sampler *s, struct sampler_stats *st)
                 st->native_warm_unwind_ns = ns.warm_unwind_ns;
                 st->native_frames = ns.frames;
                 st->native_symbols = ns.symbols;
+                st->native_cfi_rules = ns.cfi_rules;
+                st->native_cfi_fallbacks = ns.cfi_fallbacks;
+                st->native_capture_bytes = ns.capture_bytes;
         }
 }
 

@@ -42,6 +42,7 @@ struct sampler_stats {
         /* --native: native.h's counters (struct native_stats) */
         uint64_t native_captures, native_capture_ns, native_unwinds, native_unwind_ns;
         uint64_t native_warm_unwinds, native_warm_unwind_ns, native_frames, native_symbols;
+        uint64_t native_cfi_rules, native_cfi_fallbacks, native_capture_bytes;
 };
 
 /*

@@ -478,6 +478,94 @@ def test_numpy(r):
         r.skip(label + " workers", "the reference BLAS (libblas3) has no worker threads")
 
 
+CXX_SRC = r"""
+#include <time.h>
+
+namespace ns {
+struct Klass {
+        volatile double sink;
+        double method(int n);
+};
+
+__attribute__((noinline)) double Klass::method(int n)
+{
+        double s = 0;
+        for (int i = 0; i < n; i++)
+                s += i * 0.5 + sink;
+        return s;
+}
+} // namespace ns
+
+extern "C" double cxx_spin(double seconds)
+{
+        struct timespec t0, t;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        ns::Klass k;
+        k.sink = 0;
+        double r = 0;
+        do {
+                r += k.method(200000);
+                clock_gettime(CLOCK_MONOTONIC, &t);
+        } while ((t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) / 1e9 < seconds);
+        return r;
+}
+"""
+
+CXX_SCRIPT = r"""
+import ctypes
+import sys
+
+lib = ctypes.CDLL(sys.argv[1])
+lib.cxx_spin.argtypes = [ctypes.c_double]
+lib.cxx_spin.restype = ctypes.c_double
+
+
+def call_cxx():
+    lib.cxx_spin(float(sys.argv[2]))
+
+
+call_cxx()
+"""
+
+
+def test_cxx(r, label, py):
+    """A C++ shared object called through ctypes: its frames carry demangled names."""
+    cxx = os.environ.get("CXX", "c++")
+    if not shutil.which(cxx):
+        r.skip(label, "C++ names: needs a C++ compiler")
+        return
+    work = os.path.join(r.tmp, label + "-cxx")
+    os.makedirs(work)
+    src = os.path.join(work, "klass.cc")
+    so = os.path.join(work, "libklass.so")
+    with open(src, "w") as f:
+        f.write(CXX_SRC)
+    out = subprocess.run([cxx, "-shared", "-fPIC", "-O1", "-g", "-o", so, src],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         universal_newlines=True, timeout=120)
+    if not r.check(label, "C++ names: build", out.returncode == 0, out.stdout[-500:]):
+        return
+    script = os.path.join(work, "cxx.py")
+    with open(script, "w") as f:
+        f.write(CXX_SCRIPT)
+    db = os.path.join(work, "cxx.db")
+    rec = subprocess.run([r.record, "--native", "-q", "-o", db, "--", py, script, so, "2"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         universal_newlines=True, timeout=120)
+    if not r.check(label, "C++ names: record --native", rec.returncode == 0, rec.stdout[-800:]):
+        return
+    d = r.report_json(db)
+    # Root first: the Python caller, ctypes' and libffi's frames, then our two at the leaf.
+    leaf = [("cxx_spin", "native"), ("ns::Klass::method(int)", "native")]
+    hits = sum(s["count"] for s in d["stacks"]
+               if names(d, s)[-2:] == leaf and ("call_cxx", "python") in names(d, s)[:-2])
+    total = sum(s["count"] for s in d["stacks"])
+    mangled = [f["function"] for f in d["frames"] if f["function"].startswith("_ZN2ns")]
+    r.check(label, "C++ names demangled (call_cxx ; cxx_spin ; ns::Klass::method(int))",
+            hits * 2 > total and not mangled,
+            "%d of %d samples; mangled names: %s" % (hits, total, mangled[:3]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--record", required=True)
@@ -498,6 +586,7 @@ def main():
             if args.only and not any(o == label or label.startswith(o + ".") for o in args.only):
                 continue
             test_interpreter(r, label, py)
+            test_cxx(r, label, py)
         if not args.only or "debian-3.11" in args.only:
             test_numpy(r)
     finally:
