@@ -107,23 +107,28 @@ static void test_on_rotate_and_keep_size(void **state)
         assert_int_equal(access(decoy, F_OK), 0);
 }
 
+/*
+ * A process whose command line carries `tag` and that never forks: sleep
+ * with the tag as its argv[0]. (`sh -c "sleep 30" tag` forked a child that
+ * carried the tag too until it exec'd sleep, and a scan could see it.)
+ */
 static pid_t start_tagged(const char *tag)
 {
         pid_t pid = fork();
         assert_true(pid >= 0);
         if (pid == 0) {
-                execl("/bin/sh", "sh", "-c", "sleep 30", tag, (char *)NULL);
+                execl("/bin/sleep", tag, "30", (char *)NULL);
                 _exit(127);
         }
-        /* Until its command line is the shell's. */
-        for (int i = 0; i < 1000; i++) {
+        /* Until its command line is sleep's. */
+        for (int i = 0; i < 5000; i++) {
                 char path[64], buf[256] = "";
                 snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
                 FILE *f = fopen(path, "r");
                 size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
                 if (f)
                         fclose(f);
-                if (n > 2 && !strcmp(buf, "sh"))
+                if (n > 2 && !strcmp(buf, tag))
                         break;
                 usleep(1000);
         }
@@ -140,7 +145,8 @@ static void test_match_scan(void **state)
 {
         (void)state;
         char tag[64], err[256];
-        snprintf(tag, sizeof(tag), "pyflame-procmatch-%d", (int)getpid());
+        /* Ends in a letter, so that no other pid's tag has it as a prefix. */
+        snprintf(tag, sizeof(tag), "pyflame-procmatch-%d-x", (int)getpid());
         struct procmatch *m;
         pid_t self = getpid();
         assert_int_equal(procmatch_new(tag, &self, 1, &m, err, sizeof(err)), 0);
