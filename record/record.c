@@ -1118,9 +1118,9 @@ static int sampling_priority(void)
  * outlasted a period, and holds are long exactly when a thread was running
  * (a runnable thread waits for a CPU before it stops): on a loaded 2-CPU
  * machine a thread busy 43% of the time at 1 kHz came out 5 points less
- * busy. With several processes, each is held in turn: a process whose hold
- * covered the instant takes its sample now, and the pass of that slot reads
- * only the others (sampler_took).
+ * busy. A pass holds all its processes together (pass()); one that held
+ * nothing (its threads all asleep) covers no instant, and the next pass then
+ * reads only it (sampler_took).
  */
 static void hold_over(struct recording *r, struct schedule *sch, int64_t pass_start)
 {
@@ -1143,7 +1143,7 @@ static void hold_over(struct recording *r, struct schedule *sch, int64_t pass_st
 /*
  * One sample of every process but those that took this slot's already
  * (hold_over): all asked to stop, then each read once stopped, then all let
- * go, then written (sampler_tick_hold). A process found gone is removed once
+ * go, then written (sampler_tick_stop). A process found gone is removed once
  * none is held.
  * Returns 0, or a fatal -errno with its message in err.
  */

@@ -137,7 +137,7 @@ struct sampler {
         size_t n_threads, cap_threads;
         _Atomic int64_t names_due_ns; /* next reading of the thread names */
         int names_rc;                 /* a trace status from naming threads (under the lock) */
-        /* A second walker, for names_job (NULL: names are read in sampler_tick). */
+        /* A second walker, for names_job (NULL: names are read in sampler_tick_finish). */
         struct memsrc names_mem;
         struct pywalk *names_walk;
 
@@ -178,7 +178,7 @@ struct sampler {
         int64_t hold_from, hold_until;
         int64_t horizon; /* sampler_set_horizon() */
         int64_t took_at; /* the instant sampler_hold_over() last wrote */
-        int walk_rc;     /* sampler_tick_hold()'s walk, for sampler_tick_finish() */
+        int walk_rc;     /* sampler_tick_read()'s walk, for sampler_tick_finish() */
 
         /* --async: asyncio tasks (pytasks.c) sampled beside the threads. */
         bool async;
@@ -1232,7 +1232,7 @@ static int sample_thread(struct sampler *s, const struct pywalk_thread *th)
         if (rc == 0)
                 rc = stack_id(s, th, &stack);
         if (rc < 0)
-                return rc; /* ends the walk; sampler_tick() reports it */
+                return rc; /* ends the walk; sampler_tick_finish() reports it */
         tsink_sample(s->k, t->ref, s->tick_ns, stack, state);
         if (s->async && (rc = tick_stack_keep(s, th, t->ref, state)) < 0)
                 return rc;
@@ -1255,7 +1255,7 @@ static int sample_thread(struct sampler *s, const struct pywalk_thread *th)
  * pywalk's callback. While the target's threads are held (--blocking) the
  * walk is only copied: making samples of it may wait for the sink's lock,
  * held through commits and source-file reads, and the target would wait
- * with us. sampler_tick() makes them once the threads are released.
+ * with us. sampler_tick_finish() makes them once the threads are released.
  */
 static int on_thread(void *ctx, const struct pywalk_thread *th)
 {
@@ -1404,14 +1404,6 @@ int sampler_tick_stop(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
         return stopper_request(&s->stop, s->pid, err, errlen);
 }
 
-int sampler_tick_hold(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
-{
-        int rc = sampler_tick_stop(s, t_ns, err, errlen);
-        if (rc == 0)
-                sampler_tick_read(s);
-        return rc;
-}
-
 void sampler_tick_read(struct sampler *s)
 {
         const int64_t t_ns = s->tick_ns;
@@ -1499,15 +1491,6 @@ int sampler_tick_finish(struct sampler *s, char *err, size_t errlen)
                         tsink_unlock(s->k);
         }
         return 0;
-}
-
-int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
-{
-        int rc = sampler_tick_hold(s, t_ns, err, errlen);
-        if (rc < 0)
-                return rc;
-        sampler_release(s);
-        return sampler_tick_finish(s, err, errlen);
 }
 
 /* ---- dump ------------------------------------------------------------- */

@@ -7,7 +7,8 @@
  * thread ids, the /proc file that tells whether a thread is on CPU) and the
  * caches that turn a walked stack into a trace stack id without touching the
  * trace's own tables on the hot path. pyflame-record drives one sampler per
- * recorded process and calls sampler_tick() on its schedule.
+ * recorded process and takes its samples on its schedule, in the four steps
+ * of sampler_tick_stop().
  */
 #ifndef PYFLAME_SAMPLER_H
 #define PYFLAME_SAMPLER_H
@@ -103,37 +104,27 @@ struct sources;
 void sampler_set_sources(struct sampler *s, struct sources *src, int handle);
 
 /*
- * Take one sample of every thread at monotonic time `t_ns`. Returns 0, or
- * -ESRCH when the process has gone (the caller finishes it), -EIO when the
- * trace could not be written, -ENOMEM, or -EPERM (--blocking without ptrace
- * permission); message in err. A thread that cannot be read is counted in
- * the trace, not returned.
- */
-int sampler_tick(struct sampler *s, int64_t t_ns, char *err, size_t errlen);
-/*
- * sampler_tick() in three steps, for a pass over several processes with
- * --blocking: hold each one and read it (sampler_tick_hold), then let all of
- * them go (sampler_release), then write what was read (sampler_tick_finish).
- * Every process of the pass is then held until the last one is read, so an
- * instant during the pass finds all of them held (sampler_held): with each
- * let go before the next was held, the instants after one's release were
- * sampled only after the pass, each program right where it resumed (the
- * deadline of the function it was held in passed meanwhile, and it had just
- * moved on), and a third to a half of the slots were missed: two processes
- * busy 70/30 at 1 kHz came out 2.8-3.6 points low on a loaded 2-CPU machine
- * (bench/accuracy.py --cases twoproc --modes blocking --rates 1000). sampler_tick_hold() returns
- * what sampler_tick() would for a failed stop (nothing is held then); otherwise 0, and the other
- * two must follow. Without --blocking, sampler_release() does nothing.
- */
-int sampler_tick_hold(struct sampler *s, int64_t t_ns, char *err, size_t errlen);
-/*
- * sampler_tick_hold() in two steps, to stop every process of a pass at its
- * start: ask this one's running threads to stop (returns as
- * sampler_tick_hold() does), then, after the others were asked too, wait
- * for the stops and read (only after a sampler_tick_stop() that returned 0).
- * Asked one after the other, each process ran on while the ones before it
- * were waited for (milliseconds, on a busy CPU), and its held stacks stood
- * for instants before they were read.
+ * One sample of every thread, in four steps, so that a pass over several
+ * processes holds them all together with --blocking: ask the running
+ * threads to stop, at monotonic time `t_ns` (sampler_tick_stop); once every
+ * process of the pass was asked, wait for the stops and read
+ * (sampler_tick_read); once all are read, let them go (sampler_release);
+ * then write what was read (sampler_tick_finish). Asked, held or let go one
+ * process after the other, the instants after one's release were sampled
+ * only after the pass, each program right where it resumed (the deadline
+ * of the function it was held in had passed, and it had just moved on), and
+ * a third to a half of the slots were missed: two processes busy 70/30 at
+ * 1 kHz came out 2.8-3.6 points low on a loaded 2-CPU machine
+ * (bench/accuracy.py --cases twoproc --modes blocking --rates 1000).
+ * Without --blocking only the read and the finish do anything.
+ *
+ * sampler_tick_stop() returns 0, or -ESRCH (the process has gone), -EPERM
+ * (--blocking without ptrace permission) or another -errno, with nothing
+ * held and the message in err; the other three steps follow only a 0.
+ * sampler_tick_finish() returns 0, or -ESRCH when the process has gone (the
+ * caller finishes it), -EIO when the trace could not be written, -ENOMEM;
+ * message in err. A thread that cannot be read is counted in the trace,
+ * not returned.
  */
 int sampler_tick_stop(struct sampler *s, int64_t t_ns, char *err, size_t errlen);
 void sampler_tick_read(struct sampler *s);
@@ -141,7 +132,7 @@ void sampler_release(struct sampler *s);
 int sampler_tick_finish(struct sampler *s, char *err, size_t errlen);
 
 /*
- * --blocking: whether the last sampler_tick() held threads of the process
+ * --blocking: whether the last sampler_tick_read() held threads of the process
  * until monotonic time `t_ns` or later, `t_ns` being no earlier than
  * `since_ns`, the start of the pass that tick was part of. A sample due
  * then is the one that tick took: sampler_hold_over() writes its thread
