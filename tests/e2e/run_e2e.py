@@ -154,8 +154,15 @@ def test_ratio(r, label, py, mode):
         elif has_func(fr, "work_b"):
             b += c
     share = 100.0 * a / (a + b) if a + b else 0
-    r.check("%s %s ratio: work_a share %.1f%% within 5pp of 75%%" % (label, mode, share),
-            abs(share - 75.0) <= 5.0, "a=%d b=%d" % (a, b))
+    # 5 points, or 4.5 standard errors where holds repeated samples: a
+    # held-over sample repeats its neighbour and tells nothing new, and on a
+    # loaded machine (long holds) a third or more of them can be (the
+    # accuracy bench measures the bias; this checks the attribution).
+    held = int(r.info(db)["meta"].get("held_over_samples", 0))
+    n_eff = max(a + b - held, (a + b) // 4, 1)
+    tol = max(5.0, 4.5 * 100.0 * math.sqrt(0.75 * 0.25 / n_eff))
+    r.check("%s %s ratio: work_a share %.1f%% within %.1fpp of 75%%" % (label, mode, share, tol),
+            abs(share - 75.0) <= tol, "a=%d b=%d held over %d" % (a, b, held))
 
 
 def test_threads(r, label, py, mode, extra=()):
