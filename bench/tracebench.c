@@ -19,13 +19,22 @@
  * `PATH --by-line FILE`, output to /dev/null. Every figure is the median of
  * --runs runs (3). The trace is in the page cache when it is read.
  *
+ * With --segments N the recording is written as N files of one rotation
+ * (trace_writer_rotate at tick boundaries; a cut cannot lie after the
+ * present, so the set's time line is compressed to about a second a file)
+ * into the directory --out, joined with trace_join_segments, and every
+ * read figure is taken over the set (trace_reader_open_set, the report over
+ * the directory) and over the joined file, run by run, with their ratio.
+ *
  * Usage: pyflame-tracebench [--samples N] [--runs N] [--repeat P] [--cpu N]
  *                           [--out FILE] [--keep] [--report PATH]
+ *                           [--segments N]
  * Pin to one core with --cpu 1 (or taskset -c 1) for steadier figures.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <sched.h>
 #include <spawn.h>
@@ -42,12 +51,13 @@
 
 extern char **environ;
 
-#define N_THREADS 8
-#define N_FRAMES  3000
-#define N_STACKS  5000
-#define MAX_DEPTH 40
-#define TICK_NS   10000000LL /* 100 Hz */
-#define MAX_RUNS  9
+#define N_THREADS    8
+#define N_FRAMES     3000
+#define N_STACKS     5000
+#define MAX_DEPTH    40
+#define TICK_NS      10000000LL /* 100 Hz */
+#define MAX_RUNS     9
+#define MAX_SEGMENTS 1000
 
 struct options {
         uint64_t samples;
@@ -57,6 +67,7 @@ struct options {
         const char *out;
         const char *report;
         bool keep;
+        int segments; /* >1: write a rotating recording of that many files */
 };
 
 /* The synthetic recording, generated once. */
@@ -171,16 +182,42 @@ static int die_writer(struct trace_writer *w, int rc, const char *what)
 }
 
 /* Write the workload; sets the time taken, returns 0 or -1. */
-static int write_trace(const struct workload *wl, const char *path, uint32_t *tree_nodes,
-                       struct timing *tm)
+/* The path of file `k` (0-based) of a set written into directory `dir`. */
+static void segment_path(char *buf, size_t size, const char *dir, int k)
+{
+        snprintf(buf, size, "%s/part-%04d.pyflame", dir, k + 1);
+}
+
+/*
+ * Write the workload (into `segments` files of one rotation in directory
+ * `path` when segments > 1, cut at tick boundaries as the recorder's
+ * --rotate would); sets the time taken, returns 0 or -1.
+ */
+static int write_trace(const struct workload *wl, const char *path, int segments,
+                       uint32_t *tree_nodes, struct timing *tm)
 {
         int64_t t0 = pf_now_mono_ns(), c0 = cpu_ns(RUSAGE_SELF);
         struct trace_writer *w = NULL;
-        int rc = trace_writer_create(path, TRACE_CREATE_FORCE, &w);
+        char file[PATH_MAX];
+        if (segments > 1) {
+                if (mkdir(path, 0755) < 0 && errno != EEXIST) {
+                        fprintf(stderr, "pyflame-tracebench: %s: %s\n", path, strerror(errno));
+                        return -1;
+                }
+                segment_path(file, sizeof(file), path, 0);
+        } else {
+                snprintf(file, sizeof(file), "%s", path);
+        }
+        int rc = trace_writer_create(file, TRACE_CREATE_FORCE, &w);
         if (rc < 0)
                 return die_writer(w, rc, "create");
         trace_writer_set_meta(w, TRACE_META_RATE_HZ, "100");
         trace_writer_set_meta(w, TRACE_META_MODE, "nonblocking");
+        if (segments > 1) {
+                char set[32];
+                snprintf(set, sizeof(set), "tracebench-%d", (int)getpid());
+                trace_writer_set_meta(w, TRACE_META_SEGMENT_SET, set);
+        }
         struct trace_process_desc p = {4242, "python3 synthetic.py", "3.12.1", "shared"};
         if ((rc = trace_writer_add_process(w, &p)) < 0)
                 return die_writer(w, rc, "add_process");
@@ -196,11 +233,11 @@ static int write_trace(const struct workload *wl, const char *path, uint32_t *tr
         /* Frames and stacks are interned as the recorder would, once each. */
         uint32_t frame_ids[N_FRAMES + 1];
         for (int i = 1; i <= N_FRAMES; i++) {
-                char fn[32], qn[48], file[48];
+                char fn[32], qn[48], src[48];
                 snprintf(fn, sizeof(fn), "func_%d", i);
                 snprintf(qn, sizeof(qn), "Class%d.func_%d", i % 97, i);
-                snprintf(file, sizeof(file), "/srv/app/pkg%d/module%d.py", i % 13, i % 211);
-                struct trace_frame_desc d = {fn,           qn,          file,
+                snprintf(src, sizeof(src), "/srv/app/pkg%d/module%d.py", i % 13, i % 211);
+                struct trace_frame_desc d = {fn,           qn,          src,
                                              10 + i % 500, 1 + i % 400, TRACE_FRAME_PYTHON};
                 if ((rc = trace_writer_intern_frame(w, &d, &frame_ids[i])) < 0)
                         return die_writer(w, rc, "intern_frame");
@@ -218,12 +255,37 @@ static int write_trace(const struct workload *wl, const char *path, uint32_t *tr
                         *tree_nodes = stack_ids[k] + 1;
         }
         int64_t base = pf_now_mono_ns();
+        uint64_t ticks = wl->n / N_THREADS, seg = 1;
+        /*
+         * A cut cannot lie after the present, so a set is written on a
+         * shorter time line (about a second a file), waiting for the clock
+         * where the writing runs ahead of it.
+         */
+        double scale = 1.0;
+        if (segments > 1 && ticks > 0)
+                scale = fmin(1.0, 1e9 * segments / ((double)ticks * TICK_NS));
         for (uint64_t i = 0; i < wl->n; i++) {
-                rc = trace_writer_add_sample(w, refs[i % N_THREADS], base + wl->t_off[i],
+                /* Sample times stay inside their 10 ms tick: cut at its start. */
+                if (segments > 1 && i % N_THREADS == 0 && seg < (uint64_t)segments &&
+                    i / N_THREADS >= seg * ticks / (uint64_t)segments) {
+                        segment_path(file, sizeof(file), path, (int)seg);
+                        int64_t cut = base + (int64_t)((double)(i / N_THREADS) * TICK_NS * scale);
+                        while (pf_now_mono_ns() < cut)
+                                usleep(1000);
+                        if ((rc = trace_writer_rotate(w, file, TRACE_CREATE_FORCE, cut)) < 0)
+                                return die_writer(w, rc, "rotate");
+                        seg++;
+                }
+                rc = trace_writer_add_sample(w, refs[i % N_THREADS],
+                                             base + (int64_t)((double)wl->t_off[i] * scale),
                                              stack_ids[wl->leaf[i]], wl->state[i]);
                 if (rc < 0)
                         return die_writer(w, rc, "add_sample");
         }
+        /* A set's last file ends after its last sample. */
+        while (segments > 1 && wl->n &&
+               pf_now_mono_ns() <= base + (int64_t)((double)wl->t_off[wl->n - 1] * scale))
+                usleep(1000);
         if ((rc = trace_writer_finalize(w)) < 0)
                 return die_writer(w, rc, "finalize");
         trace_writer_free(w);
@@ -240,12 +302,23 @@ static int die_reader(struct trace_reader *r, int rc, const char *what)
         return -1;
 }
 
+/* The files of a set written by write_trace (NULL-terminated, static). */
+static const char *set_paths[MAX_SEGMENTS + 1];
+static int set_n;
+
+/* Open `path`, or the set when path is NULL. */
+static int open_trace(const char *path, struct trace_reader **r)
+{
+        return path ? trace_reader_open(path, r)
+                    : trace_reader_open_set(set_paths, (size_t)set_n, r);
+}
+
 /* Open and count by stack; sets the time taken, returns 0 or -1. */
 static int read_count(const char *path, uint64_t expect, struct timing *tm)
 {
         int64_t t0 = pf_now_mono_ns(), c0 = cpu_ns(RUSAGE_SELF);
         struct trace_reader *r = NULL;
-        int rc = trace_reader_open(path, &r);
+        int rc = open_trace(path, &r);
         if (rc < 0)
                 return die_reader(r, rc, "open");
         uint64_t *counts, total;
@@ -273,7 +346,7 @@ static int read_foreach(const char *path, uint64_t expect, struct timing *tm)
 {
         int64_t t0 = pf_now_mono_ns(), c0 = cpu_ns(RUSAGE_SELF);
         struct trace_reader *r = NULL;
-        int rc = trace_reader_open(path, &r);
+        int rc = open_trace(path, &r);
         if (rc < 0)
                 return die_reader(r, rc, "open");
         uint64_t n = 0;
@@ -341,21 +414,18 @@ static struct timing median(const struct timing *t, int n)
 static void usage(FILE *f)
 {
         fprintf(f, "usage: pyflame-tracebench [--samples N] [--runs N] [--repeat P] [--cpu N]\n"
-                   "                          [--out FILE] [--keep] [--report PATH]\n");
+                   "                          [--out FILE] [--keep] [--report PATH]\n"
+                   "                          [--segments N]\n");
 }
 
 static int parse_options(int argc, char **argv, struct options *o)
 {
         static const struct option longopts[] = {
-            {"samples", required_argument, NULL, 's'},
-            {"runs", required_argument, NULL, 'r'},
-            {"repeat", required_argument, NULL, 'p'},
-            {"cpu", required_argument, NULL, 'c'},
-            {"out", required_argument, NULL, 'o'},
-            {"report", required_argument, NULL, 'R'},
-            {"keep", no_argument, NULL, 'k'},
-            {"help", no_argument, NULL, 'h'},
-            {NULL, 0, NULL, 0},
+            {"samples", required_argument, NULL, 's'}, {"runs", required_argument, NULL, 'r'},
+            {"repeat", required_argument, NULL, 'p'},  {"cpu", required_argument, NULL, 'c'},
+            {"out", required_argument, NULL, 'o'},     {"report", required_argument, NULL, 'R'},
+            {"keep", no_argument, NULL, 'k'},          {"segments", required_argument, NULL, 'S'},
+            {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
         };
         int c;
         char *end;
@@ -388,6 +458,11 @@ static int parse_options(int argc, char **argv, struct options *o)
                 case 'k':
                         o->keep = true;
                         break;
+                case 'S':
+                        o->segments = atoi(optarg);
+                        if (o->segments < 1 || o->segments > MAX_SEGMENTS)
+                                return -1;
+                        break;
                 case 'h':
                         usage(stdout);
                         exit(0);
@@ -396,6 +471,100 @@ static int parse_options(int argc, char **argv, struct options *o)
                 }
         }
         return optind == argc ? 0 : -1;
+}
+
+/* Two timings taken side by side, run by run: the set's and the joined file's. */
+static void print_pair(const char *what, const struct timing *a, const struct timing *b, int runs)
+{
+        struct timing x = median(a, runs), y = median(b, runs);
+        double ratio[MAX_RUNS];
+        for (int i = 0; i < runs; i++)
+                ratio[i] = (double)a[i].wall / (double)(b[i].wall > 0 ? b[i].wall : 1);
+        for (int i = 1; i < runs; i++) /* insertion sort for the median */
+                for (int j = i; j > 0 && ratio[j] < ratio[j - 1]; j--) {
+                        double t = ratio[j];
+                        ratio[j] = ratio[j - 1];
+                        ratio[j - 1] = t;
+                }
+        printf("%-22s set %.3f s wall (%.3f s CPU), joined file %.3f s wall (%.3f s CPU), "
+               "ratio %.2f (median of %d)\n",
+               what, (double)x.wall / 1e9, (double)x.cpu / 1e9, (double)y.wall / 1e9,
+               (double)y.cpu / 1e9, ratio[runs / 2], runs);
+}
+
+/*
+ * --segments N: the workload as N files of one rotation, read as a set
+ * (the library's open_set, the report over the directory) beside the same
+ * recording joined into one file, run by run. 0 or 1.
+ */
+static int bench_set(const struct workload *wl, const struct options *o)
+{
+        struct timing tw = {0}, tj = {0};
+        uint32_t nodes = 0;
+        if (write_trace(wl, o->out, o->segments, &nodes, &tw) < 0)
+                return 1;
+        static char names[MAX_SEGMENTS][PATH_MAX];
+        long long bytes = 0;
+        set_n = o->segments;
+        for (int k = 0; k < set_n; k++) {
+                segment_path(names[k], sizeof(names[k]), o->out, k);
+                set_paths[k] = names[k];
+                struct stat st;
+                if (stat(names[k], &st) < 0) {
+                        perror(names[k]);
+                        return 1;
+                }
+                bytes += st.st_size;
+        }
+        char joined[PATH_MAX];
+        snprintf(joined, sizeof(joined), "%s.joined.pyflame", o->out);
+        int64_t t0 = pf_now_mono_ns();
+        struct trace_writer *w = NULL;
+        int rc = trace_join_segments(joined, TRACE_CREATE_FORCE, set_paths, (size_t)set_n, &w);
+        if (rc < 0) {
+                die_writer(w, rc, "join");
+                return 1;
+        }
+        trace_writer_free(w);
+        tj.wall = pf_now_mono_ns() - t0;
+        double n = (double)wl->n;
+        printf("set:           %d files, %.2f bytes/sample (%lld bytes), written in %.1f s "
+               "(on a time line of about a second a file); joined with trace_join_segments "
+               "in %.3f s\n",
+               set_n, (double)bytes / n, bytes, (double)tw.wall / 1e9, (double)tj.wall / 1e9);
+
+        struct timing a[MAX_RUNS], b[MAX_RUNS];
+        for (int i = 0; i < o->runs; i++)
+                if (read_count(NULL, wl->n, &a[i]) < 0 || read_count(joined, wl->n, &b[i]) < 0)
+                        return 1;
+        print_pair("read+count:", a, b, o->runs);
+        for (int i = 0; i < o->runs; i++)
+                if (read_foreach(NULL, wl->n, &a[i]) < 0 || read_foreach(joined, wl->n, &b[i]) < 0)
+                        return 1;
+        print_pair("read+foreach:", a, b, o->runs);
+        int status = 0;
+        static const char *const flags[] = {NULL, "--by-function", "--by-line"};
+        static const char *const what[] = {
+            "report folded:", "report --by-function:", "report --by-line:"};
+        for (size_t f = 0; o->report && status == 0 && f < 3; f++) {
+                for (int i = 0; i < o->runs && status == 0; i++)
+                        if (run_report(o->report, flags[f], o->out, &a[i]) < 0 ||
+                            run_report(o->report, flags[f], joined, &b[i]) < 0)
+                                status = 1;
+                if (status == 0)
+                        print_pair(what[f], a, b, o->runs);
+        }
+        if (!o->report)
+                printf("report:        not timed (give --report PATH to pyflame-report)\n");
+        if (!o->keep) {
+                for (int k = 0; k < set_n; k++)
+                        unlink(names[k]);
+                rmdir(o->out);
+                unlink(joined);
+        } else {
+                printf("set kept:      %s (joined: %s)\n", o->out, joined);
+        }
+        return status;
 }
 
 int main(int argc, char **argv)
@@ -407,7 +576,9 @@ int main(int argc, char **argv)
         }
         char default_out[64];
         if (!o.out) {
-                snprintf(default_out, sizeof(default_out), "/tmp/pyflame-tracebench-%d.pyflame",
+                snprintf(default_out, sizeof(default_out),
+                         o.segments > 1 ? "/tmp/pyflame-tracebench-%d.d"
+                                        : "/tmp/pyflame-tracebench-%d.pyflame",
                          (int)getpid());
                 o.out = default_out;
         }
@@ -432,12 +603,19 @@ int main(int argc, char **argv)
         printf("workload: %llu samples, %d threads at ~100 Hz, %d distinct stacks ~30 deep, "
                "%.0f%% repeats; running on %d cpu(s)\n",
                (unsigned long long)o.samples, N_THREADS, N_STACKS, o.repeat * 100, n_cpus);
+        if (o.segments > 1) {
+                int status = bench_set(&wl, &o);
+                free(wl.t_off);
+                free(wl.leaf);
+                free(wl.state);
+                return status;
+        }
 
         struct timing tw[MAX_RUNS] = {{0}}, tr[MAX_RUNS] = {{0}}, tf[MAX_RUNS] = {{0}};
         struct timing trep[MAX_RUNS] = {{0}}, tline[MAX_RUNS] = {{0}};
         uint32_t nodes = 0;
         for (int i = 0; i < o.runs; i++)
-                if (write_trace(&wl, o.out, &nodes, &tw[i]) < 0)
+                if (write_trace(&wl, o.out, 1, &nodes, &tw[i]) < 0)
                         return 1;
         struct stat st;
         if (stat(o.out, &st) < 0) {

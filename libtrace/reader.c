@@ -150,6 +150,16 @@ struct trace_reader {
         int64_t max_chunk_id;
         uint64_t n_samples;
         bool loaded; /* open succeeded: the handle is more than a message */
+
+        /*
+         * A set (trace_reader_open_set): db is the join, whose chunks have
+         * empty blobs; each blob is read from its file, one file open at a
+         * time (seg_open, SIZE_MAX: none), as scans go through them in order.
+         */
+        struct trace_set_file *set_files;
+        size_t n_set_files, seg_open;
+        sqlite3 *seg_db;
+        sqlite3_stmt *seg_st;
 };
 
 static int fail(struct trace_reader *r, int status, const char *fmt, ...)
@@ -1168,13 +1178,33 @@ TRACE_API int trace_reader_open(const char *path, struct trace_reader **out)
         return rc;
 }
 
-/* Is `path` a trace this reader reads? 0, or the status with the message on `r`. */
+/*
+ * Is `path` a trace this reader reads, as one file of a set? Its header,
+ * format version, tables and meta, not its dictionaries: of a set only the
+ * last file's are read, from the join, where load() validates them, and
+ * every sample chunk is validated where it is decoded. 0, or the status
+ * with the message on `r`.
+ */
 static int check_readable(struct trace_reader *r, const char *path)
 {
-        struct trace_reader *one = NULL;
-        int rc = trace_reader_open(path, &one);
+        struct trace_reader *one = calloc(1, sizeof(*one));
+        if (!one)
+                return fail_nomem(r);
+        int rc = 0;
+        if (!(one->path = strdup(path)))
+                rc = fail_nomem(one);
+        else if ((rc = check_file(one)) == 0) {
+                int src = open_untrusted(path, SQLITE_OPEN_READONLY, &one->db);
+                if (src != SQLITE_OK)
+                        rc = fail_sqlite(one, src, "opening");
+                else if ((rc = begin_read(one)) == 0) {
+                        if ((rc = check_schema(one)) == 0)
+                                rc = load_meta(one);
+                        sqlite3_exec(one->db, "ROLLBACK", NULL, NULL, NULL);
+                }
+        }
         if (rc < 0)
-                fail(r, rc, "%s", one ? one->errmsg : trace_status_str(rc));
+                fail(r, rc, "%s", one->errmsg[0] ? one->errmsg : trace_status_str(rc));
         trace_reader_close(one);
         return rc < 0 ? rc : 0;
 }
@@ -1207,7 +1237,11 @@ TRACE_API int trace_reader_open_set(const char *const *paths, size_t n, struct t
                             tmp && *tmp ? tmp : "/tmp", strerror(errno));
         snprintf(joined, sizeof(joined), "%s/set.db", dir);
         struct trace_writer *w = NULL;
-        rc = trace_join_set(joined, paths, n, &w);
+        rc = trace_join_set(joined, paths, n, &w, &r->set_files);
+        if (rc == 0) {
+                r->n_set_files = n;
+                r->seg_open = SIZE_MAX;
+        }
         if (rc < 0)
                 fail(r, rc, "%s", w ? trace_writer_errmsg(w) : trace_status_str(rc));
         trace_writer_free(w);
@@ -1272,11 +1306,25 @@ TRACE_API const char *trace_reader_errmsg(const struct trace_reader *r)
         return r ? r->errmsg : "no reader";
 }
 
+/* Close the file of a set that scans read blobs from, if one is open. */
+static void set_file_close(struct trace_reader *r)
+{
+        sqlite3_finalize(r->seg_st);
+        sqlite3_close(r->seg_db);
+        r->seg_st = NULL;
+        r->seg_db = NULL;
+        r->seg_open = SIZE_MAX;
+}
+
 TRACE_API void trace_reader_close(struct trace_reader *r)
 {
         if (!r)
                 return;
         sqlite3_close(r->db);
+        set_file_close(r);
+        for (size_t i = 0; i < r->n_set_files; i++)
+                free(r->set_files[i].path);
+        free(r->set_files);
         for (size_t i = 0; i < r->n_meta; i++) {
                 free(r->meta_keys[i]);
                 free(r->meta_values[i]);
@@ -1744,6 +1792,66 @@ static int thread_mask(struct trace_reader *r, const struct trace_filter *f, boo
         return 0;
 }
 
+/*
+ * The blob of chunk `id` of a set, read from the file that holds it (see
+ * struct trace_set_file): scans go through the ids in order, so one file
+ * is open at a time, in one read transaction, and closed by the scan's
+ * end (the last file may be one a recorder still commits to). *blob stays
+ * valid until the next call. 0, or a status with the message on `r`.
+ */
+static int set_chunk_blob(struct trace_reader *r, int64_t id, const void **blob, int *len)
+{
+        size_t k =
+            r->seg_open == SIZE_MAX || id <= r->set_files[r->seg_open].base ? 0 : r->seg_open;
+        while (k < r->n_set_files && id > r->set_files[k].last_id)
+                k++;
+        if (k == r->n_set_files || id <= r->set_files[k].base)
+                return corrupt(r, "sample chunk %lld is in no file of the set", (long long)id);
+        const char *path = r->set_files[k].path;
+        if (k != r->seg_open) {
+                set_file_close(r);
+                int rc = open_untrusted(path, SQLITE_OPEN_READONLY, &r->seg_db);
+                /*
+                 * Each page is read once: a page cache of SQLite's default
+                 * size would be memory taken and given back once a file.
+                 */
+                if (rc == SQLITE_OK)
+                        rc = sqlite3_exec(r->seg_db, "PRAGMA cache_size = 16; BEGIN", NULL, NULL,
+                                          NULL);
+                if (rc == SQLITE_OK)
+                        rc = sqlite3_prepare_v2(r->seg_db,
+                                                "SELECT data FROM sample_chunks WHERE id = ?1", -1,
+                                                &r->seg_st, NULL);
+                if (rc != SQLITE_OK) {
+                        int status =
+                            fail(r, TRACE_ERR_IO,
+                                 "%s: %s (its samples are read from it as the report "
+                                 "goes: was it removed or replaced since?)",
+                                 path, r->seg_db ? sqlite3_errmsg(r->seg_db) : sqlite3_errstr(rc));
+                        set_file_close(r);
+                        return status;
+                }
+                r->seg_open = k;
+        }
+        sqlite3_reset(r->seg_st);
+        sqlite3_bind_int64(r->seg_st, 1, id - r->set_files[k].base);
+        int rc = sqlite3_step(r->seg_st);
+        if (rc == SQLITE_ROW) {
+                *blob = sqlite3_column_blob(r->seg_st, 0);
+                *len = sqlite3_column_bytes(r->seg_st, 0);
+                if (!*blob && sqlite3_errcode(r->seg_db) == SQLITE_NOMEM)
+                        return fail_nomem(r);
+                return 0;
+        }
+        if (rc == SQLITE_DONE)
+                return fail(r, TRACE_ERR_CORRUPT,
+                            "%s: its sample chunk %lld is gone (the file was changed since it "
+                            "was opened?)",
+                            path, (long long)(id - r->set_files[k].base));
+        return fail(r, (rc & 0xff) == SQLITE_NOMEM ? TRACE_ERR_NOMEM : TRACE_ERR_IO,
+                    "%s: reading samples: %s", path, sqlite3_errmsg(r->seg_db));
+}
+
 static int scan(struct trace_reader *r, const struct trace_filter *f, struct sink *sink)
 {
         if (!r->loaded)
@@ -1786,11 +1894,18 @@ static int scan(struct trace_reader *r, const struct trace_filter *f, struct sin
                 if (!want[thread])
                         continue;
                 /* The blob is fetched only now, for the chunks we decode. */
-                const void *blob = sqlite3_column_blob(st, 5);
-                int len = sqlite3_column_bytes(st, 5);
-                if (!blob && sqlite3_errcode(r->db) == SQLITE_NOMEM) {
-                        status = fail_nomem(r);
-                        break;
+                const void *blob = NULL;
+                int len = 0;
+                if (r->set_files) {
+                        if ((status = set_chunk_blob(r, id, &blob, &len)) < 0)
+                                break;
+                } else {
+                        blob = sqlite3_column_blob(st, 5);
+                        len = sqlite3_column_bytes(st, 5);
+                        if (!blob && sqlite3_errcode(r->db) == SQLITE_NOMEM) {
+                                status = fail_nomem(r);
+                                break;
+                        }
                 }
                 struct chunk_cursor c = {0};
                 const char *why = NULL;
@@ -1829,6 +1944,7 @@ static int scan(struct trace_reader *r, const struct trace_filter *f, struct sin
         if (status == 0 && rc != SQLITE_DONE)
                 status = fail_sqlite(r, rc, "reading samples");
         sqlite3_finalize(st);
+        set_file_close(r);
         free(want);
         return status;
 }

@@ -15,10 +15,14 @@
  * and meta computed from what was copied.
  *
  * Reading a set (trace_reader_open_set) joins the same way into a
- * temporary file, with two differences: a missing file is a gap, kept in
- * meta gaps (schema/trace.sql) for the reports to show, not an error, and
- * the last file may be one the recorder is still writing (its dictionaries
- * and samples are then copied in one read transaction, so they agree).
+ * temporary file, with three differences: a missing file is a gap, kept in
+ * meta gaps (schema/trace.sql) for the reports to show, not an error; the
+ * last file may be one the recorder is still writing (its dictionaries
+ * and samples are then copied in one read transaction, so they agree);
+ * and the samples are not copied: each chunk's row comes with an empty
+ * blob under an id that says which file holds it (trace_set_file), so the
+ * join costs what the files' dictionaries and chunk rows take, and the
+ * reader reads each blob in place.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,22 +132,49 @@ static int copy_dictionaries(sqlite3 *db, int64_t shift)
         return rc;
 }
 
-/* One file's samples and counts, moved by `shift`. */
-static int copy_samples(sqlite3 *db, int64_t shift)
+/*
+ * One file's samples and counts, moved by `shift`. For reading a set
+ * (`in_place`), each chunk's row only, its blob left in the file, under id
+ * `base` + its own, and no stack counts (a summary for SQL, which the
+ * reader never reads).
+ */
+static int copy_samples(sqlite3 *db, int64_t shift, bool in_place, int64_t base)
 {
         static const char *const sql[] = {
             "INSERT INTO main.sample_chunks(thread, first_ns, last_ns, count, data) "
             "SELECT thread, first_ns + ?1, last_ns + ?1, count, data FROM seg.sample_chunks "
             "ORDER BY id",
+            "INSERT INTO main.sample_chunks(id, thread, first_ns, last_ns, count, data) "
+            "SELECT id + ?2, thread, first_ns + ?1, last_ns + ?1, count, X'' "
+            "FROM seg.sample_chunks ORDER BY id",
             "INSERT INTO main.errors SELECT pid, kind, count FROM seg.errors WHERE true "
             "ON CONFLICT(pid, kind) DO UPDATE SET count = count + excluded.count",
             "INSERT INTO main.stack_counts SELECT stack, state, samples FROM seg.stack_counts "
             "WHERE true ON CONFLICT(stack, state) DO UPDATE SET samples = samples + "
             "excluded.samples",
         };
-        int rc = SQLITE_OK;
-        for (size_t i = 0; rc == SQLITE_OK && i < sizeof(sql) / sizeof(sql[0]); i++)
-                rc = exec2(db, sql[i], shift, 0);
+        int rc = exec2(db, sql[in_place ? 1 : 0], shift, base);
+        if (rc == SQLITE_OK)
+                rc = exec2(db, sql[2], 0, 0);
+        if (rc == SQLITE_OK && !in_place)
+                rc = exec2(db, sql[3], 0, 0);
+        return rc;
+}
+
+/* The largest chunk id in the join so far (0: none); a SQLite code. */
+static int last_chunk_id(sqlite3 *db, int64_t *id)
+{
+        sqlite3_stmt *st;
+        int rc = sqlite3_prepare_v2(db, "SELECT coalesce(max(id), 0) FROM main.sample_chunks", -1,
+                                    &st, NULL);
+        if (rc != SQLITE_OK)
+                return rc;
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+                *id = sqlite3_column_int64(st, 0);
+                rc = SQLITE_OK;
+        }
+        sqlite3_finalize(st);
         return rc;
 }
 
@@ -352,15 +383,20 @@ static int set_meta_text(sqlite3 *db, const char *key, const char *value)
         return rc;
 }
 
-/* Copy the files `si` (checked, in order) into the writer's database. */
+/*
+ * Copy the files `si` (checked, in order) into the writer's database; for
+ * reading a set (`files` not NULL) the chunks' rows only, files[i] set to
+ * where file i's chunks are.
+ */
 static int copy_segments(struct trace_writer *w, sqlite3 *db, const struct segment_info *si,
-                         size_t n, const char *out, const char *gaps)
+                         size_t n, const char *out, const char *gaps, struct trace_set_file *files)
 {
         /* One transaction a file: SQLite detaches no database inside one. */
         const char *failed = NULL;
         int src = SQLITE_OK;
         for (size_t i = 0; src == SQLITE_OK && i < n; i++) {
                 failed = si[i].path;
+                int64_t shift = si[i].start_mono - si[0].start_mono, base = 0;
                 if ((src = attach(db, si[i].path)) != SQLITE_OK)
                         break;
                 /*
@@ -369,13 +405,16 @@ static int copy_segments(struct trace_writer *w, sqlite3 *db, const struct segme
                  * samples use even while the recorder adds to the file.
                  */
                 if ((src = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL)) == SQLITE_OK &&
-                    (i + 1 < n || (src = copy_dictionaries(
-                                       db, si[i].start_mono - si[0].start_mono)) == SQLITE_OK) &&
-                    (src = copy_samples(db, si[i].start_mono - si[0].start_mono)) == SQLITE_OK)
+                    (i + 1 < n || (src = copy_dictionaries(db, shift)) == SQLITE_OK) &&
+                    (!files || (src = last_chunk_id(db, &base)) == SQLITE_OK) &&
+                    (src = copy_samples(db, shift, files != NULL, base)) == SQLITE_OK &&
+                    (!files || (src = last_chunk_id(db, &files[i].last_id)) == SQLITE_OK))
                         src = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
                 if (src != SQLITE_OK)
                         sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
                 exec2(db, "DETACH DATABASE seg", 0, 0);
+                if (files)
+                        files[i].base = base;
         }
         if (src == SQLITE_OK) {
                 failed = out;
@@ -396,7 +435,7 @@ static int copy_segments(struct trace_writer *w, sqlite3 *db, const struct segme
 
 /* Both joins: `set` for reading a set (any order, gaps, a live last file). */
 static int join(const char *out, unsigned flags, const char *const *paths, size_t n, bool set,
-                struct trace_writer **out_w)
+                struct trace_writer **out_w, struct trace_set_file **out_files)
 {
         if (!out_w)
                 return TRACE_ERR_ARG;
@@ -409,6 +448,7 @@ static int join(const char *out, unsigned flags, const char *const *paths, size_
         /* A live recorder holds its file's lock briefly once a second: wait for it. */
         sqlite3_busy_timeout(db, 5000);
         struct segment_info *si = NULL;
+        struct trace_set_file *files = NULL;
         char *gaps = NULL;
         if (!paths || n == 0) {
                 rc = trace_writer_fail(w, TRACE_ERR_ARG, "no file to join");
@@ -416,24 +456,40 @@ static int join(const char *out, unsigned flags, const char *const *paths, size_
         }
         si = calloc(n, sizeof(*si));
         gaps = set ? malloc(TRACE_GAPS_MAX) : NULL;
-        if (!si || (set && !gaps)) {
+        files = set ? calloc(n, sizeof(*files)) : NULL;
+        if (!si || (set && (!gaps || !files))) {
                 rc = trace_writer_fail(w, TRACE_ERR_NOMEM, "out of memory");
                 goto fail;
         }
         if ((rc = read_segments(w, db, paths, n, si)) < 0 ||
             (rc = set ? order_set(w, si, n, gaps, TRACE_GAPS_MAX) : check_segments(w, si, n)) < 0 ||
-            (rc = copy_segments(w, db, si, n, out, gaps)) < 0)
+            (rc = copy_segments(w, db, si, n, out, gaps, files)) < 0)
                 goto fail;
+        for (size_t i = 0; files && i < n; i++)
+                if (!(files[i].path = strdup(si[i].path))) {
+                        rc = trace_writer_fail(w, TRACE_ERR_NOMEM, "out of memory");
+                        goto fail;
+                }
         free(si);
         free(gaps);
         if ((rc = trace_writer_close_written(w)) < 0)
                 goto fail_closed;
+        if (out_files) {
+                *out_files = files;
+                return 0;
+        }
+        for (size_t i = 0; files && i < n; i++)
+                free(files[i].path);
+        free(files);
         return 0;
 fail:
         free(si);
         free(gaps);
         trace_writer_close_written(w);
 fail_closed:
+        for (size_t i = 0; files && i < n; i++)
+                free(files[i].path);
+        free(files);
         unlink(out);
         return rc;
 }
@@ -441,10 +497,13 @@ fail_closed:
 TRACE_API int trace_join_segments(const char *out, unsigned flags, const char *const *paths,
                                   size_t n, struct trace_writer **out_w)
 {
-        return join(out, flags, paths, n, false, out_w);
+        return join(out, flags, paths, n, false, out_w, NULL);
 }
 
-int trace_join_set(const char *out, const char *const *paths, size_t n, struct trace_writer **out_w)
+int trace_join_set(const char *out, const char *const *paths, size_t n, struct trace_writer **out_w,
+                   struct trace_set_file **files)
 {
-        return join(out, TRACE_CREATE_FORCE, paths, n, true, out_w);
+        if (files)
+                *files = NULL;
+        return join(out, TRACE_CREATE_FORCE, paths, n, true, out_w, files);
 }

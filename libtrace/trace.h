@@ -374,11 +374,13 @@ TRACE_API const char *trace_reader_errmsg(const struct trace_reader *r);
  * still writing. Files of different recordings, or files that are not of
  * a rotation, are refused (TRACE_ERR_ARG, the message saying to merge).
  *
- * Cost: the files are joined into a temporary file in $TMPDIR (else /tmp),
- * removed at once and read from there until the reader is closed: disk
- * as much as the files take, and the time to copy them (SQL, no decoding
- * of samples); memory as for reading one file (SQLite's page cache and
- * the dictionaries). Returns as trace_reader_open() does.
+ * Cost: the samples are read from the files in place, one file open at a
+ * time while a scan goes through it (a file removed after the open is an
+ * error naming it when a scan reaches it). What is copied is small: the
+ * last file's dictionaries and one row per sample chunk, into a temporary
+ * file in $TMPDIR (else /tmp), removed at once; memory as for reading one
+ * file (SQLite's page cache and the dictionaries). Returns as
+ * trace_reader_open() does.
  */
 TRACE_API int trace_reader_open_set(const char *const *paths, size_t n, struct trace_reader **out);
 

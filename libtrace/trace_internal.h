@@ -75,16 +75,30 @@ int trace_writer_close_written(struct trace_writer *w);
 /*
  * Join the files of one rotation, given in any order, into a new trace at
  * `out` (replaced if it exists) for reading them as one (trace_reader_
- * open_set): trace_join_segments(), except that a missing file is a gap,
- * kept in meta gaps ("FROM_NS,TO_NS,FIRST,LAST" per gap, ';' between:
- * the gap's span on the joined time line and the segments missing), and
- * that the last file may be one still being written. Files of different
- * sets, or not of a rotation, are refused with a message saying to merge.
- * Returns as trace_join_segments() does.
+ * open_set): trace_join_segments(), except that
+ * - a missing file is a gap, kept in meta gaps ("FROM_NS,TO_NS,FIRST,LAST"
+ *   per gap, ';' between: the gap's span on the joined time line and the
+ *   segments missing), not an error;
+ * - the last file may be one still being written;
+ * - the samples stay where they are: each file's sample_chunks rows are
+ *   copied with their times moved and an empty blob, under id base + the
+ *   file's own id, and `files` lists the files in time order with their
+ *   bases, for the reader to read each chunk's blob from its file;
+ * - the table stack_counts (a summary for SQL users; the reader never
+ *   reads it) is left empty.
+ * Files of different sets, or not of a rotation, are refused with a
+ * message saying to merge. Returns as trace_join_segments() does; on
+ * success *files (n_files entries, the caller frees each path and the
+ * array) is set, else left NULL.
  */
 #define TRACE_GAPS_MAX 4096
-int trace_join_set(const char *out, const char *const *paths, size_t n,
-                   struct trace_writer **out_w);
+struct trace_set_file {
+        char *path;
+        int64_t base;    /* a chunk's id in the join is base + its id in the file */
+        int64_t last_id; /* the join's largest chunk id from this file (base: none) */
+};
+int trace_join_set(const char *out, const char *const *paths, size_t n, struct trace_writer **out_w,
+                   struct trace_set_file **files);
 
 /* The i-th row of the errors table: pid (0: the recorder), kind (folded), count. */
 bool trace_reader_error_at(const struct trace_reader *r, size_t i, int32_t *pid, unsigned *kind,

@@ -8,7 +8,9 @@
  * and files that do not follow each other are not joined. Reading a set
  * (trace_reader_open_set): the files in any order read as the joined
  * trace, a missing file a gap with its span and segment, files of another
- * set, given twice or already joined refused, nothing left in TMPDIR.
+ * set, given twice or already joined refused, nothing left in TMPDIR; the
+ * samples read from the files in place, as the joined trace has them, and
+ * a file removed while the set is open an error naming it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -309,6 +311,88 @@ static void test_open_set_gap(void **state)
         trace_reader_close(r);
 }
 
+/* Every sample a reader visits, in order. */
+struct sample_log {
+        struct trace_sample *s;
+        size_t n, cap;
+};
+
+static int log_sample(void *ctx, const struct trace_sample *s)
+{
+        struct sample_log *l = ctx;
+        if (l->n == l->cap) {
+                l->cap = l->cap ? 2 * l->cap : 1024;
+                l->s = realloc(l->s, l->cap * sizeof(*l->s));
+                assert_non_null(l->s);
+        }
+        l->s[l->n++] = *s;
+        return 0;
+}
+
+static void assert_same_samples(const struct sample_log *a, const struct sample_log *b)
+{
+        assert_int_equal(a->n, b->n);
+        for (size_t i = 0; i < a->n; i++) {
+                assert_int_equal(a->s[i].t_ns, b->s[i].t_ns);
+                assert_int_equal(a->s[i].thread, b->s[i].thread);
+                assert_int_equal(a->s[i].stack, b->s[i].stack);
+                assert_int_equal(a->s[i].state, b->s[i].state);
+        }
+}
+
+/*
+ * A set's samples are read from its files in place: the same samples, in
+ * the same order, as the joined trace, scan after scan and through a time
+ * window that starts in a later file; a file removed after the set was
+ * opened is an error that names it, never samples left out in silence.
+ */
+static void test_open_set_in_place(void **state)
+{
+        struct fixture *f = *state;
+        const char *paths[] = {f->file[1], f->file[2], f->file[0]};
+        struct trace_writer *w = NULL;
+        if (trace_join_segments(f->joined, TRACE_CREATE_FORCE,
+                                (const char *const[]){f->file[0], f->file[1], f->file[2]}, 3,
+                                &w) != 0)
+                fail_msg("join: %s", trace_writer_errmsg(w));
+        trace_writer_free(w);
+        struct trace_reader *joined = open_or_fail(f->joined), *set = NULL;
+        if (trace_reader_open_set(paths, 3, &set) != 0)
+                fail_msg("open set: %s", trace_reader_errmsg(set));
+        struct sample_log want = {0}, got = {0}, again = {0};
+        assert_int_equal(trace_reader_foreach_sample(joined, NULL, log_sample, &want), 0);
+        assert_int_equal(want.n, 3 * 2 * PER_FILE);
+        assert_int_equal(trace_reader_foreach_sample(set, NULL, log_sample, &got), 0);
+        assert_same_samples(&want, &got);
+        assert_int_equal(trace_reader_foreach_sample(set, NULL, log_sample, &again), 0);
+        assert_same_samples(&want, &again);
+        /* From the middle of the second file to the middle of the third. */
+        struct trace_filter window = {.from_ns = f->cut[0] - f->origin + PER_FILE / 2 * STEP_NS,
+                                      .to_ns = f->cut[1] - f->origin + PER_FILE / 2 * STEP_NS};
+        struct sample_log want_w = {0}, got_w = {0};
+        assert_int_equal(trace_reader_foreach_sample(joined, &window, log_sample, &want_w), 0);
+        assert_int_equal(want_w.n, 2 * PER_FILE);
+        assert_int_equal(trace_reader_foreach_sample(set, &window, log_sample, &got_w), 0);
+        assert_same_samples(&want_w, &got_w);
+        /* The middle file removed (retention, by hand) after the set was opened. */
+        char *moved = tu_path(f->dir, "moved.db");
+        assert_int_equal(rename(f->file[1], moved), 0);
+        struct sample_log lost = {0};
+        assert_int_equal(trace_reader_foreach_sample(set, NULL, log_sample, &lost), TRACE_ERR_IO);
+        assert_non_null(strstr(trace_reader_errmsg(set), f->file[1]));
+        assert_non_null(strstr(trace_reader_errmsg(set), "removed"));
+        assert_int_equal(rename(moved, f->file[1]), 0);
+        free(moved);
+        free(want.s);
+        free(got.s);
+        free(again.s);
+        free(want_w.s);
+        free(got_w.s);
+        free(lost.s);
+        trace_reader_close(set);
+        trace_reader_close(joined);
+}
+
 /* Files of another recording, or one file twice: refused, saying why. */
 static void test_open_set_refuses(void **state)
 {
@@ -382,6 +466,7 @@ int main(void)
             cmocka_unit_test(test_join_refuses_gap),
             cmocka_unit_test(test_open_set),
             cmocka_unit_test(test_open_set_gap),
+            cmocka_unit_test(test_open_set_in_place),
             cmocka_unit_test(test_open_set_refuses),
             cmocka_unit_test(test_rotate_to_existing_file),
         };
