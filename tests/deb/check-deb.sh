@@ -130,7 +130,12 @@ for f in /usr/bin/pyflame-record /usr/bin/pyflame-report /usr/bin/pyflame-diff /
         /usr/share/zsh/vendor-completions/_pyflame-record /usr/include/pyflame/trace.h; do
         [[ -e $f ]] || fail "$f not installed"
 done
-ok "tools, man pages, completions, schema and header in place"
+for f in /usr/share/pyflame/scripts/ci-compare.sh /usr/share/pyflame/scripts/pyroscope-push.sh; do
+        [[ -x $f ]] || fail "$f not installed executable"
+done
+/usr/share/pyflame/scripts/ci-compare.sh --help >/dev/null ||
+        fail "the installed ci-compare.sh does not run"
+ok "tools, man pages, completions, schema, header and scripts in place"
 
 # --- 4. record and report with the installed tools ------------------------
 cd "$tmp"

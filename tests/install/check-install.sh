@@ -37,6 +37,10 @@ expect "$lib/pkgconfig/pyflame-trace.pc"
 expect "$lib/pyflame/pyflame_sqlite.so"
 expect "$(abs "$includedir")/pyflame/trace.h"
 expect "$(abs "$datadir")/pyflame/trace.sql"
+for f in ci-compare.sh pyroscope-push.sh; do
+  expect "$(abs "$datadir")/pyflame/scripts/$f"
+  [ -x "$(abs "$datadir")/pyflame/scripts/$f" ] || { echo "FAIL not executable: $f"; fail=1; }
+done
 for f in pyflame-record pyflame-report pyflame-diff pyflame-top; do expect "$(abs "$mandir")/man1/$f.1"; done
 for f in pyflame-record pyflame-report pyflame-diff; do
   if [ -d "$(abs "$datadir")/bash-completion" ] || [ -d "$here/completions" ]; then
