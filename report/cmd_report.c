@@ -366,7 +366,10 @@ static const struct table_column slice_data_columns[] = {
     {"RANK", "rank", TABLE_INT, 0},         {"FUNCTION", "function", TABLE_TEXT, 0},
     {"FILE", "file", TABLE_TEXT, 0},        {"FIRST_LINE", "first_line", TABLE_INT, 0},
     {"SELF", "self", TABLE_COUNT, 0},       {"SELF%", "self_pct", TABLE_DECIMAL, 0},
+    {"GAP", "gap", TABLE_INT, 0},
 };
+/* The last column: 1 when the slice overlaps time no file of the set covers. */
+#define SLICE_GAP_COLUMN (N_COLUMNS(slice_data_columns) - 1)
 
 /* What every row of the slices view needs. */
 struct slice_view {
@@ -463,14 +466,19 @@ static void slice_text_row(struct slice_view *v, struct table *t)
         c[7].text = table_own(t, (char *)next.data);
 }
 
-/* CSV, long form for plotting: one row per slice and rank (a slice with no sample: one row). */
+/*
+ * CSV, long form for plotting: one row per slice and rank (a slice with no
+ * sample: one row), each saying whether the slice lies (in part) in a gap.
+ */
 static void slice_data_rows(struct slice_view *v, struct table *t)
 {
         const struct slice_counts *sc = v->sc;
+        bool gap = slice_in_gap(v);
         for (size_t k = 0; k < (v->n_best ? v->n_best : 1); k++) {
                 struct table_cell *c = table_add_row(t);
                 if (!c)
                         return;
+                c[SLICE_GAP_COLUMN].num = gap;
                 c[0].num = slice_start(v);
                 c[1].num = slice_end(v);
                 c[2].num = (int64_t)sc->samples[v->i];
@@ -479,7 +487,7 @@ static void slice_data_rows(struct slice_view *v, struct table *t)
                 c[5].real = percent(sc->on_cpu[v->i], sc->seen[v->i]);
                 c[5].null = !sc->seen[v->i];
                 if (!v->n_best) {
-                        for (size_t j = 6; j < N_COLUMNS(slice_data_columns); j++)
+                        for (size_t j = 6; j < SLICE_GAP_COLUMN; j++)
                                 c[j].null = true;
                         return;
                 }

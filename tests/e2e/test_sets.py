@@ -21,7 +21,7 @@ began after it all phase_b). Then:
   sample chunks here, lie in the window (from inclusive, until exclusive);
 - with a middle file removed, info lists one gap with the missing
   segment's span and number, --slices marks exactly the slices that overlap
-  it, and the report counts every sample of the other files;
+  it (text, JSON, and the csv's gap column), and the report counts every sample of the other files;
 - files of two different recordings are refused, the message saying merge;
 - pyflame-diff DIR --base-since/--base-until (the files before the switch)
   --since/--until (the files after it) counts each side's samples exactly, and --fail-on self:+50pp
@@ -37,7 +37,9 @@ Usage: test_sets.py --record PATH --report PATH [--only 3.12]
 Prints one line per check and ends with 'N passed, N failed, N skipped'.
 """
 import argparse
+import csv
 import gzip
+import io
 import json
 import os
 import shutil
@@ -430,6 +432,15 @@ def check_gap(r, label, d, files):
     rc, out, err = r.run([g, "--slices", "500ms", "--idle"])
     r.check("%s: --slices text shows the gap" % name,
             rc == 0 and b"(gap: file missing)" in out, out.decode())
+    rc, out, err = r.run([g, "--slices", "500ms", "--idle", "--format", "csv"])
+    if r.check("%s: --slices --format csv over the set" % name, rc == 0, err):
+        rows = list(csv.DictReader(io.StringIO(out.decode())))
+        bad = [row for row in rows
+               if row["gap"] != ("1" if (float(row["from_s"]) * 1e9 < want_to and
+                                         float(row["to_s"]) * 1e9 > want_from) else "0")]
+        r.check("%s: --slices csv's gap column marks exactly the slices that overlap the gap"
+                % name, rows and not bad and any(row["gap"] == "1" for row in rows),
+                str(bad[:3]))
 
 
 def check_different_recordings(r, label, py, files):
