@@ -432,6 +432,134 @@ static void test_open_set_refuses(void **state)
         free(other);
 }
 
+/* Bit i set when the trace lists thread ref i; and the sample count of thread `ref`. */
+static unsigned thread_refs(struct trace_reader *r, uint32_t ref, uint64_t *samples)
+{
+        unsigned bits = 0;
+        for (uint32_t i = 0; i < trace_reader_thread_count(r); i++) {
+                struct trace_thread t;
+                assert_int_equal(trace_reader_thread_at(r, i, &t), 0);
+                bits |= 1u << t.ref;
+                if (t.ref == ref && samples)
+                        *samples = t.samples;
+        }
+        return bits;
+}
+
+static bool has_process(struct trace_reader *r, int32_t pid, int *exit_status)
+{
+        for (uint32_t i = 0; i < trace_reader_process_count(r); i++) {
+                struct trace_process p;
+                assert_int_equal(trace_reader_process_at(r, i, &p), 0);
+                if (p.pid == pid) {
+                        if (exit_status)
+                                *exit_status = p.exit_status;
+                        return true;
+                }
+        }
+        return false;
+}
+
+/*
+ * A rotated file lists the processes running at its start and the threads
+ * sampled in the file before it or in it: a worker that ended, and a thread
+ * no longer sampled, are not carried on (under --match for months every
+ * file would list all that ever ran); a thread sampled again is listed
+ * again. Every file reads on its own; a set and a join list them all.
+ */
+static void test_rotate_carries_live_only(void **state)
+{
+        struct fixture *f = *state;
+        char *file[3], *joined = tu_path(f->dir, "live-joined.db");
+        for (int i = 0; i < 3; i++) {
+                char name[32];
+                snprintf(name, sizeof(name), "live%d.db", i);
+                file[i] = tu_path(f->dir, name);
+        }
+        struct trace_writer *w = NULL;
+        tu_must(w, trace_writer_create(file[0], TRACE_CREATE_FORCE, &w), "create");
+        tu_must(w, trace_writer_set_meta(w, TRACE_META_SEGMENT_SET, "set-live"), "meta");
+        struct trace_process_desc pa = {.pid = 100, .cmdline = "python server.py"};
+        struct trace_process_desc pb = {.pid = 200, .cmdline = "python worker.py"};
+        tu_must(w, trace_writer_add_process(w, &pa), "process");
+        tu_must(w, trace_writer_add_process(w, &pb), "process");
+        /* Refs 1-3 in process 100 (a1 always sampled, a2 in files 0 and 2, a3 in 0), 4 in 200. */
+        uint32_t ref[5];
+        const struct trace_thread_desc td[] = {
+            {100, 101, 0, "a1"}, {100, 102, 0, "a2"}, {100, 103, 0, "a3"}, {200, 201, 0, "b1"}};
+        for (int i = 0; i < 4; i++)
+                tu_must(w, trace_writer_add_thread(w, &td[i], &ref[i + 1]), "thread");
+        struct trace_frame_desc fd = {"serve", NULL, "server.py", 1, 1, TRACE_FRAME_PYTHON};
+        uint32_t frame, stack;
+        tu_must(w, trace_writer_intern_frame(w, &fd, &frame), "frame");
+        tu_must(w, trace_writer_intern_stack(w, TRACE_STACK_EMPTY, frame, &stack), "stack");
+        /* Which threads are sampled in each file. */
+        static const unsigned sampled[3] = {0x1e, 0x02, 0x06};
+        int64_t t = trace_writer_origin_ns(w);
+        for (int file_i = 0; file_i < 3; file_i++) {
+                for (int k = 0; k < 10; k++) {
+                        t += STEP_NS;
+                        for (uint32_t i = 1; i <= 4; i++)
+                                if (sampled[file_i] & (1u << i))
+                                        tu_must(w, trace_writer_add_sample(w, ref[i], t, stack, 1),
+                                                "sample");
+                }
+                if (file_i == 0)
+                        tu_must(w, trace_writer_end_process(w, 200, 3, t + 1), "end");
+                if (file_i == 2)
+                        break;
+                int64_t cut = t + STEP_NS / 2;
+                while (pf_now_mono_ns() < cut)
+                        ;
+                tu_must(w, trace_writer_rotate(w, file[file_i + 1], TRACE_CREATE_FORCE, cut),
+                        "rotate");
+        }
+        tu_must(w, trace_writer_finalize(w), "finalize");
+        trace_writer_free(w);
+
+        /* Each file on its own. */
+        static const unsigned listed[3] = {0x1e, 0x0e, 0x06};
+        for (int i = 0; i < 3; i++) {
+                struct trace_reader *r = open_or_fail(file[i]);
+                assert_int_equal(thread_refs(r, 0, NULL), listed[i]);
+                assert_true(has_process(r, 100, NULL));
+                assert_int_equal(has_process(r, 200, NULL), i == 0);
+                trace_reader_close(r);
+        }
+        /* Read as a set, and joined: every process and thread, each one's samples. */
+        const char *paths[] = {file[2], file[0], file[1]};
+        struct trace_reader *set = NULL;
+        if (trace_reader_open_set(paths, 3, &set) != 0)
+                fail_msg("open set: %s", trace_reader_errmsg(set));
+        w = NULL;
+        if (trace_join_segments(joined, TRACE_CREATE_FORCE,
+                                (const char *const[]){file[0], file[1], file[2]}, 3, &w) != 0)
+                fail_msg("join: %s", trace_writer_errmsg(w));
+        trace_writer_free(w);
+        struct trace_reader *one = open_or_fail(joined);
+        struct trace_reader *both[] = {set, one};
+        for (int k = 0; k < 2; k++) {
+                static const uint64_t want[5] = {0, 30, 20, 10, 10};
+                for (uint32_t i = 1; i <= 4; i++) {
+                        uint64_t n = 0;
+                        assert_int_equal(thread_refs(both[k], i, &n), 0x1e);
+                        assert_int_equal(n, want[i]);
+                }
+                int status = -2;
+                assert_true(has_process(both[k], 100, NULL));
+                assert_true(has_process(both[k], 200, &status));
+                assert_int_equal(status, 3);
+        }
+        trace_reader_close(set);
+        trace_reader_close(one);
+        for (int i = 0; i < 3; i++) {
+                unlink(file[i]);
+                free(file[i]);
+        }
+        unlink(joined);
+        free(joined);
+}
+
 /* A rotation that cannot make its file changes nothing: the writer goes on. */
 static void test_rotate_to_existing_file(void **state)
 {
@@ -469,6 +597,7 @@ int main(void)
             cmocka_unit_test(test_open_set_in_place),
             cmocka_unit_test(test_open_set_refuses),
             cmocka_unit_test(test_rotate_to_existing_file),
+            cmocka_unit_test(test_rotate_carries_live_only),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -898,15 +898,29 @@ static void test_procfs_parse_syscall(void **state)
 /* A child that sleeps in nanosleep() or spins, held by a ptrace interrupt as --blocking does. */
 static int held_child_in_syscall(bool sleeps)
 {
+        /*
+         * The child says it runs before it is held: a child that has not
+         * run yet (on a busy machine it may wait for a CPU for long) is
+         * still inside the fork, as /proc says, not where the test wants it.
+         */
+        int ready[2];
+        assert_int_equal(pipe(ready), 0);
         pid_t c = fork();
         assert_true(c >= 0);
         if (c == 0) {
+                close(ready[0]);
+                if (write(ready[1], "r", 1) != 1)
+                        _exit(1);
                 for (;;) {
                         struct timespec ts = {0, 200000000};
                         if (sleeps)
                                 nanosleep(&ts, NULL);
                 }
         }
+        close(ready[1]);
+        char byte;
+        assert_int_equal(read(ready[0], &byte, 1), 1);
+        close(ready[0]);
         struct timespec settle = {0, 50000000};
         nanosleep(&settle, NULL);
         int rc = -1;
