@@ -10,12 +10,11 @@
  * command alone) come from main.c.
  */
 #include "report.h"
+#include "top.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <glob.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <stdarg.h>
@@ -128,124 +127,13 @@ int report_open(const char *path, struct trace_reader **out)
         return 0;
 }
 
-/* Does the file at `path` start as a pyflame trace does (SQLite, application_id "PYFR")? */
-static bool looks_like_trace(const char *path)
-{
-        unsigned char h[72];
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return false;
-        ssize_t n = read(fd, h, sizeof(h));
-        close(fd);
-        return n == (ssize_t)sizeof(h) && !memcmp(h, "SQLite format 3", 16) && h[68] == 'P' &&
-               h[69] == 'Y' && h[70] == 'F' && h[71] == 'R';
-}
-
-/* The list of files being gathered; a failed allocation is remembered. */
-struct inputs {
-        char **paths;
-        size_t n, cap;
-        bool nomem;
-};
-
-static void inputs_add(struct inputs *in, const char *path)
-{
-        if (in->n == in->cap) {
-                size_t cap = in->cap ? in->cap * 2 : 16;
-                char **p = realloc(in->paths, cap * sizeof(*p));
-                if (!p) {
-                        in->nomem = true;
-                        return;
-                }
-                in->paths = p;
-                in->cap = cap;
-        }
-        if (!(in->paths[in->n] = strdup(path)))
-                in->nomem = true;
-        else
-                in->n++;
-}
-
-static void inputs_free(struct inputs *in)
-{
-        for (size_t i = 0; i < in->n; i++)
-                free(in->paths[i]);
-        free(in->paths);
-}
-
-static int by_name(const void *a, const void *b)
-{
-        return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* The trace files in directory `dir` (others, such as exports or journals, are left out). */
-static int add_directory(struct inputs *in, const char *dir)
-{
-        DIR *d = opendir(dir);
-        if (!d)
-                return report_fail(dir, "cannot read the directory: %s", strerror(errno));
-        size_t before = in->n;
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-                /* Hidden files, and the flight recorder's snapshots (joins of the others). */
-                if (e->d_name[0] == '.' || strstr(e->d_name, "-snapshot-"))
-                        continue;
-                size_t n = strlen(dir) + strlen(e->d_name) + 2;
-                char *p = malloc(n);
-                if (!p) {
-                        in->nomem = true;
-                        break;
-                }
-                snprintf(p, n, "%s/%s", dir, e->d_name);
-                struct stat st;
-                if (stat(p, &st) == 0 && S_ISREG(st.st_mode) && looks_like_trace(p))
-                        inputs_add(in, p);
-                free(p);
-        }
-        closedir(d);
-        if (in->n == before && !in->nomem)
-                return report_fail(dir, "is a directory with no pyflame trace file in it");
-        qsort(in->paths + before, in->n - before, sizeof(*in->paths), by_name);
-        return 0;
-}
-
-static int add_input(struct inputs *in, const char *arg)
-{
-        struct stat st;
-        if (stat(arg, &st) == 0) {
-                if (S_ISDIR(st.st_mode))
-                        return add_directory(in, arg);
-                inputs_add(in, arg);
-                return 0;
-        }
-        if (!strpbrk(arg, "*?["))
-                return report_fail(arg, "cannot open: %s", strerror(errno));
-        /* A glob the shell did not expand (quoted, or matching nothing there). */
-        glob_t g;
-        int rc = glob(arg, 0, NULL, &g);
-        if (rc == GLOB_NOMATCH)
-                return report_fail(arg, "matches no file");
-        if (rc != 0)
-                return report_fail(arg, "cannot expand the pattern");
-        size_t before = in->n;
-        for (size_t i = 0; i < g.gl_pathc; i++)
-                if (stat(g.gl_pathv[i], &st) == 0 && S_ISREG(st.st_mode) &&
-                    looks_like_trace(g.gl_pathv[i]))
-                        inputs_add(in, g.gl_pathv[i]);
-        globfree(&g);
-        if (in->n == before && !in->nomem)
-                return report_fail(arg, "matches no pyflame trace file");
-        return 0;
-}
-
 int report_open_inputs(char *const *inputs, size_t n, const char *output, struct trace_reader **out)
 {
-        struct inputs in = {0};
+        struct report_inputs in = {0};
+        char err[1024];
         int rc = 0;
-        for (size_t i = 0; i < n && rc == 0; i++)
-                rc = add_input(&in, inputs[i]);
-        if (rc == 0 && in.nomem)
-                rc = report_fail(NULL, "out of memory");
+        if (report_inputs_expand(inputs, n, &in, err, sizeof(err)) < 0)
+                rc = report_fail(NULL, "%s", err);
         for (size_t i = 0; i < in.n && rc == 0; i++)
                 rc = report_check_output(output, in.paths[i]);
         if (rc == 0 && in.n == 1) {
@@ -265,7 +153,7 @@ int report_open_inputs(char *const *inputs, size_t n, const char *output, struct
                         *out = r;
                 }
         }
-        inputs_free(&in);
+        report_inputs_free(&in);
         return rc;
 }
 

@@ -24,11 +24,14 @@ static void on_stop_signal(int sig)
 
 static void top_help(void)
 {
-        printf("Usage: " REPORT_PROG " top [OPTIONS] TRACE\n"
+        printf("Usage: " REPORT_PROG " top [OPTIONS] TRACE|DIR|'GLOB'\n"
                "Show a trace in the live view, like `top`: the functions (or lines, or files)\n"
                "with their own and total share of the samples over a time window, with a time\n"
-               "cursor to replay the recording. Press ? in the view for its keys.\n\n"
-               "  -f, --follow         keep up with a trace pyflame-record is still writing\n"
+               "cursor to replay the recording. A directory or a quoted glob is the files of\n"
+               "one rotating recording, read as one. Press ? in the view for its keys.\n\n"
+               "  -f, --follow         keep up with a trace pyflame-record is still writing (a\n"
+               "                       directory is listed again at each refresh: new files\n"
+               "                       of a rotation are followed into)\n"
                "      --window W       1s, 10s, 60s or all (default: all; following: 10s)\n"
                "      --at TIME        start with the cursor at TIME (e.g. 12.5s, 50%%)\n"
                "      --by KEY         function (default), line or file\n"
@@ -177,7 +180,8 @@ int cmd_top(int argc, char **argv)
         }
         if (optind != argc - 1) {
                 rc = report_usage("top", optind >= argc ? "no trace file given"
-                                                        : "give exactly one trace file");
+                                                        : "give exactly one trace file, "
+                                                          "directory or quoted glob");
                 goto out;
         }
         if ((rc = select_opts_check(&sel, "top")) != 0)
@@ -187,7 +191,7 @@ int cmd_top(int argc, char **argv)
                 /* A finished trace: say now what is wrong with it or with --pid, --thread. */
                 struct trace_reader *r;
                 struct select check;
-                if ((rc = report_open(o.path, &r)) != 0)
+                if ((rc = report_open_inputs((char *const *)&o.path, 1, NULL, &r)) != 0)
                         goto out;
                 rc = select_resolve(r, o.path, &sel, &check);
                 if (rc == 0)
@@ -208,7 +212,7 @@ int cmd_top(int argc, char **argv)
                 if (percent) {
                         /* A share of the recording: its length is known once it is open. */
                         struct trace_reader *r;
-                        if ((rc = report_open(o.path, &r)) != 0)
+                        if ((rc = report_open_inputs((char *const *)&o.path, 1, NULL, &r)) != 0)
                                 goto out;
                         ns = (int64_t)((double)top_end_ns(r) * (double)ns / 1e9);
                         trace_reader_close(r);

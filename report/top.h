@@ -151,6 +151,21 @@ struct top_ui_opts {
  */
 int top_ui_run(const struct top_ui_opts *o);
 
+/*
+ * What the user named as one recording (inputs.c): each of `args` a trace
+ * file, a directory (its trace files in name order) or a glob the shell
+ * left alone, gathered into out->paths. 0, or -1 with the problem, naming
+ * the argument, in `err` (nothing is printed). Free with
+ * report_inputs_free().
+ */
+struct report_inputs {
+        char **paths;
+        size_t n;
+};
+int report_inputs_expand(char *const *args, size_t n, struct report_inputs *out, char *err,
+                         size_t err_size);
+void report_inputs_free(struct report_inputs *in);
+
 /* `pyflame-report top` (report/cmd_top.c). */
 int cmd_top(int argc, char **argv);
 

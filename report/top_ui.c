@@ -153,8 +153,17 @@ static int resolve_selection(struct top_state *s)
 /* (Re)open the trace. Returns 0, or -1 with s->problem set (the old reader kept). */
 static int open_trace(struct top_state *s)
 {
+        /*
+         * A directory or a glob is expanded at each opening: following the
+         * files of a rotating recording, the view goes on into each new one.
+         */
+        struct report_inputs in;
+        if (report_inputs_expand((char *const *)&s->o->path, 1, &in, s->problem,
+                                 sizeof(s->problem)) < 0)
+                return -1;
         struct trace_reader *r = NULL;
-        int rc = trace_reader_open(s->o->path, &r);
+        int rc = trace_reader_open_set((const char *const *)in.paths, in.n, &r);
+        report_inputs_free(&in);
         if (rc < 0) {
                 /* libtrace's message may name the path already. */
                 const char *why =

@@ -18,6 +18,8 @@ sleeps (in sleeper), so every key has a visible effect:
 - replay: pyflame-report top of a recorded two-phase trace: a 1 s window at
   a time in phase one shows phase_one, at a time in phase two phase_two
   (jumped to with j, and stepped back to with Left);
+- follow set: top --follow of the directory of a recording that rotates
+  every second goes on into the files made after it started, to the end;
 - follow: pyflame-report top --follow of a trace another pyflame-record is
   writing: the sample count grows and phase_two, which starts after the view
   did, appears; Ctrl-C leaves it with the terminal restored;
@@ -372,6 +374,41 @@ def test_follow(r, label, py):
             rec.wait()
 
 
+def test_follow_set(r, label, py):
+    """top --follow of the directory of a rotating recording goes on into each new file."""
+    name = "%s follow set" % label
+    d = os.path.join(r.tmp, "follow-set-%s" % label)
+    os.makedirs(d, exist_ok=True)
+    rec = subprocess.Popen([r.record, "-q", "--rotate", "1s", "-o", os.path.join(d, "run.db"),
+                            "--", py, r.workload, "3", "4"])
+    try:
+        end = time.time() + 20
+        while time.time() < end and not os.listdir(d):
+            time.sleep(0.2)
+        time.sleep(1.5)  # the first file's first commit
+        r.start("%s top --follow %s" % (r.report, d))
+        s = r.wait(lambda s: header_value(s, "Samples") > 0)
+        had_two = any(x[2].startswith("phase_two") for x in rows(s))
+        # phase_two starts 3 s in: files the view did not list when it started.
+        s = r.wait(lambda s: leads("phase_two")(s), timeout=30)
+        r.check(name + " goes on into the next files", not had_two and leads("phase_two")(s), s)
+        rec.wait()
+        s = r.wait(lambda s: "[finished]" in s)
+        files = [f for f in os.listdir(d) if f.endswith(".db")]
+        rc, info = report_info(r, d)
+        m = re.search(r"samples:\s+(\d+)", info)
+        r.check(name + " sees the end of the last file", "[finished]" in s and
+                len(files) >= 4 and m and rc == 0 and
+                header_value(s, "Samples") > 0, "%d files\n%s\n%s" % (len(files), info, s))
+        r.keys("q")
+        r.wait(lambda s: "EXITED" in s)
+    finally:
+        r.stop()
+        if rec.poll() is None:
+            rec.kill()
+            rec.wait()
+
+
 def test_plain(r, label, py):
     name = "%s plain" % label
     trace = os.path.join(r.tmp, "plain-%s.db" % label)
@@ -486,7 +523,7 @@ def test_native_key(r, label, py):
         r.stop()
 
 
-TESTS = [test_live, test_sigterm, test_replay, test_follow, test_plain, test_pids,
+TESTS = [test_live, test_sigterm, test_replay, test_follow, test_follow_set, test_plain, test_pids,
          test_unknown_terminal, test_native_key]
 
 

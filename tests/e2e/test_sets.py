@@ -321,6 +321,15 @@ def check_same_as_join(r, label, d, files):
             r.check("%s: %s over %s == over the joined file" % (name, vname, iname),
                     got[0] == 0 and want[0] == 0 and got[1] == want[1] and got[1],
                     "%s %s" % (got[2], want[2]))
+    # The live view replays a set as one recording too (one argument: a
+    # directory or a quoted glob), at its end and half way through.
+    for targs in (["top"], ["top", "--at", "50%", "--idle"]):
+        want = r.run(targs + [joined])
+        for iname in ("the directory", "a quoted glob"):
+            got = r.run(targs + inputs[iname])
+            r.check("%s: %s over %s == over the joined file" % (name, " ".join(targs), iname),
+                    got[0] == 0 and want[0] == 0 and got[1] == want[1] and got[1],
+                    "%s %s" % (got[2], want[2]))
     # A flight-recorder snapshot in the directory is left out; a join named
     # explicitly beside its files is refused (it would count them twice).
     snap = os.path.join(d, "run-snapshot-20261202T000000Z.db")
