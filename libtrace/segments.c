@@ -8,10 +8,8 @@
  * later file knows at least as much. Their times are relative to each
  * file's start on the one monotonic clock of the recorder, and each file
  * starts where the one before ended. Joining them is therefore a copy in
- * SQL, with no id mapped: the last file's dictionaries and every file's
- * processes and threads (a file lists only those its samples need), then
- * every file's sample chunks with their times moved onto the first file's
- * time line
+ * SQL, with no id mapped: the last file's dictionaries, then every file's
+ * sample chunks with their times moved onto the first file's time line
  * (a chunk's blob holds times relative to its own first_ns, so it is
  * copied as it is), summed error and stack counts, and the thread spans
  * and meta computed from what was copied.
@@ -110,28 +108,6 @@ static int read_info(sqlite3 *db, struct segment_info *si)
         return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-/*
- * Each file's processes and threads, moved onto the first file's time line:
- * a file lists the processes running at its start and the threads sampled
- * in it (a process that ended, and its threads, are in the files up to
- * its end only), so the join has every file's, a later file's row
- * replacing an earlier one's (a thread renamed, a process that ended).
- */
-static int copy_processes(sqlite3 *db, int64_t shift)
-{
-        static const char *const sql[] = {
-            "INSERT OR REPLACE INTO main.processes SELECT pid, cmdline, python_version, "
-            "python_build, exit_status, end_ns + ?1, recording, source_pid FROM seg.processes",
-            "INSERT OR REPLACE INTO main.threads(ref, pid, tid, python_thread_id, name, samples, "
-            "task_of, task_addr) SELECT ref, pid, tid, python_thread_id, name, 0, task_of, "
-            "task_addr FROM seg.threads",
-        };
-        int rc = SQLITE_OK;
-        for (size_t i = 0; rc == SQLITE_OK && i < sizeof(sql) / sizeof(sql[0]); i++)
-                rc = exec2(db, sql[i], shift, 0);
-        return rc;
-}
-
 /* The last file's dictionaries, moved onto the first file's time line. */
 static int copy_dictionaries(sqlite3 *db, int64_t shift)
 {
@@ -141,6 +117,11 @@ static int copy_dictionaries(sqlite3 *db, int64_t shift)
             "module_offset) SELECT id, function, qualname, file, line, first_line, kind, module, "
             "module_offset FROM seg.frames",
             "INSERT INTO main.stacks SELECT id, parent, frame, depth FROM seg.stacks WHERE id > 0",
+            "INSERT INTO main.processes SELECT pid, cmdline, python_version, python_build, "
+            "exit_status, end_ns + ?1, recording, source_pid FROM seg.processes",
+            "INSERT INTO main.threads(ref, pid, tid, python_thread_id, name, samples, task_of, "
+            "task_addr) SELECT ref, pid, tid, python_thread_id, name, 0, task_of, task_addr "
+            "FROM seg.threads",
             "INSERT INTO main.sources SELECT file, size, mtime_ns, encoding, data FROM seg.sources",
             "DELETE FROM main.meta",
             "INSERT INTO main.meta SELECT key, value FROM seg.meta",
@@ -424,7 +405,6 @@ static int copy_segments(struct trace_writer *w, sqlite3 *db, const struct segme
                  * samples use even while the recorder adds to the file.
                  */
                 if ((src = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL)) == SQLITE_OK &&
-                    (src = copy_processes(db, shift)) == SQLITE_OK &&
                     (i + 1 < n || (src = copy_dictionaries(db, shift)) == SQLITE_OK) &&
                     (!files || (src = last_chunk_id(db, &base)) == SQLITE_OK) &&
                     (src = copy_samples(db, shift, files != NULL, base)) == SQLITE_OK &&

@@ -287,16 +287,11 @@ TRACE_API int trace_writer_finalize(struct trace_writer *w);
  * file at `path` (flags as for trace_writer_create) that starts at the cut.
  * Call it between samples: those added before go to the current file,
  * those after to the new one, so nothing is lost or counted twice. The new
- * file is a complete trace on its own: it holds every string, frame, stack
- * and stored source the writer knows (ids stay what they were, so earlier
- * ids stay valid), the processes still running at the cut, the threads
- * sampled in it (those sampled in the file before it, and each other one
- * from its first sample on, or once it is added or named) with their
- * processes, and the meta set so far, with its own start; it counts
- * samples, errors, stack counts and thread spans afresh. A process that
- * ended before the cut, and its threads, are in the files up to its end
- * only (trace_join_segments() and trace_reader_open_set() take every
- * file's).
+ * file is a complete trace on its own: it holds every string, frame, stack,
+ * process, thread and stored source the writer knows (ids stay what they
+ * were, so earlier ids stay valid) and the meta set so far, with its own
+ * start, and counts samples, errors, stack counts and thread spans afresh.
+ * Processes that ended before the cut keep their end, a negative time.
  * The current file is closed complete and finalized (end time, duration)
  * and can be read, copied or removed at once.
  *

@@ -1002,19 +1002,8 @@ TRACE_API int trace_writer_add_sample(struct trace_writer *w, uint32_t thread_re
                 w->stack_counts[stack_id].n[state]++;
                 w->stack_dirty[stack_id / 64] |= (uint64_t)1 << (stack_id % 64);
         }
-        if (!th->samples) {
+        if (!th->samples)
                 th->first_ns = rel;
-                /*
-                 * The file lists what its samples need: the thread (below),
-                 * its process, and for a task's stream the thread of its
-                 * loop, which a rotation may have left out (restart_counts).
-                 */
-                struct wprocess *p = find_process(w, th->pid);
-                if (p)
-                        p->dirty = true;
-                if (th->task_of)
-                        w->threads[th->task_of].dirty = true;
-        }
         th->last_ns = rel;
         th->samples++;
         th->dirty = true;
@@ -1807,31 +1796,18 @@ static void restart_counts(struct trace_writer *w, int64_t shift_ns)
         w->committed_strings = 0;
         w->committed_frames = 0;
         w->committed_stacks = 1; /* stack 0 is in the schema */
-        /*
-         * The next file lists the processes still running at the cut and,
-         * of their threads, those sampled in the file just finished: under
-         * --match, workers that come and go for months must not make every
-         * file list all that ever ran. A thread left out is written again
-         * with its first sample (trace_writer_add_sample), and a name given
-         * to it at once.
-         */
         for (size_t i = 0; i < w->n_processes; i++) {
                 struct wprocess *p = &w->processes[i];
-                p->dirty = !p->ended || p->end_ns >= shift_ns;
                 if (p->ended)
                         p->end_ns -= shift_ns; /* before the new start: negative */
+                p->dirty = true;
         }
         for (uint32_t i = 1; i <= w->n_threads; i++) {
                 struct wthread *t = &w->threads[i];
-                const struct wprocess *p = find_process(w, t->pid);
-                t->dirty = t->samples > 0 && p && p->dirty;
                 t->first_ns = t->last_ns = -1;
                 t->samples = 0;
+                t->dirty = true;
         }
-        /* A task's stream needs the thread that ran its loop. */
-        for (uint32_t i = 1; i <= w->n_threads; i++)
-                if (w->threads[i].dirty && w->threads[i].task_of)
-                        w->threads[w->threads[i].task_of].dirty = true;
         memset(w->stack_counts, 0, (size_t)w->cap_stack_counts * sizeof(*w->stack_counts));
         for (size_t i = 0; i < w->n_errors; i++) {
                 memset(w->errors[i].n, 0, sizeof(w->errors[i].n));
