@@ -182,10 +182,10 @@ static int last_chunk_id(sqlite3 *db, int64_t *id)
 static int summarize(sqlite3 *db, const struct segment_info *first, const struct segment_info *last)
 {
         static const char *const sql[] = {
-            "UPDATE main.threads SET first_ns = (SELECT min(first_ns) FROM main.sample_chunks c "
-            "WHERE c.thread = ref), last_ns = (SELECT max(last_ns) FROM main.sample_chunks c "
-            "WHERE c.thread = ref), samples = (SELECT coalesce(sum(count), 0) FROM "
-            "main.sample_chunks c WHERE c.thread = ref)",
+            /* One pass over the chunks (not one per thread: workers come and go). */
+            "UPDATE main.threads SET first_ns = s.f, last_ns = s.l, samples = s.n FROM "
+            "(SELECT thread, min(first_ns) AS f, max(last_ns) AS l, sum(count) AS n FROM "
+            "main.sample_chunks GROUP BY thread) AS s WHERE s.thread = main.threads.ref",
             /* Tasks' streams (--async) are counted apart from the threads' samples. */
             "INSERT OR REPLACE INTO main.meta VALUES ('samples', (SELECT coalesce(sum(c.count), 0) "
             "FROM main.sample_chunks c JOIN main.threads t ON t.ref = c.thread "
