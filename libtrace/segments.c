@@ -161,7 +161,7 @@ static int copy_samples(sqlite3 *db, int64_t shift, bool in_place, int64_t base)
         return rc;
 }
 
-/* The largest chunk id in the join so far (0: none); a SQLite code. */
+/* The largest chunk id in the join (0: none); a SQLite code. */
 static int last_chunk_id(sqlite3 *db, int64_t *id)
 {
         sqlite3_stmt *st;
@@ -396,7 +396,9 @@ static int copy_segments(struct trace_writer *w, sqlite3 *db, const struct segme
         int src = SQLITE_OK;
         for (size_t i = 0; src == SQLITE_OK && i < n; i++) {
                 failed = si[i].path;
-                int64_t shift = si[i].start_mono - si[0].start_mono, base = 0;
+                int64_t shift = si[i].start_mono - si[0].start_mono;
+                /* A file's chunks follow the last id of the file before. */
+                int64_t base = files && i ? files[i - 1].last_id : 0;
                 if ((src = attach(db, si[i].path)) != SQLITE_OK)
                         break;
                 /*
@@ -406,7 +408,6 @@ static int copy_segments(struct trace_writer *w, sqlite3 *db, const struct segme
                  */
                 if ((src = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL)) == SQLITE_OK &&
                     (i + 1 < n || (src = copy_dictionaries(db, shift)) == SQLITE_OK) &&
-                    (!files || (src = last_chunk_id(db, &base)) == SQLITE_OK) &&
                     (src = copy_samples(db, shift, files != NULL, base)) == SQLITE_OK &&
                     (!files || (src = last_chunk_id(db, &files[i].last_id)) == SQLITE_OK))
                         src = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
