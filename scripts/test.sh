@@ -7,6 +7,20 @@
 # under ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# meson test, and when it fails, every failing check again at the very end of the
+# output: a CI log shown only in part keeps its head and tail, and the checks that
+# failed in a long verbose run are in neither.
+run_tests() {
+    local dir=$1
+    shift
+    if ! meson test -C "$dir" "$@"; then
+        echo "== failed checks (from $dir/meson-logs/testlog.txt)"
+        grep -E '^(FAIL|not ok|ERROR)[ :]' "$dir/meson-logs/testlog.txt" | head -50 || true
+        grep -E '^ *[0-9]+/[0-9]+ .* (FAIL|TIMEOUT) ' "$dir/meson-logs/testlog.txt" || true
+        exit 1
+    fi
+}
 bash scripts/deps.sh
 # The real consumers of our outputs: go tool pprof, speedscope and Chromium.
 bash tests/export/setup-consumers.sh
@@ -21,13 +35,13 @@ meson setup build-ci --werror -Dbuildtype=debugoptimized >/dev/null
 ninja -C build-ci
 
 echo "== unit and golden tests"
-meson test -C build-ci --suite unit --suite golden --print-errorlogs
+run_tests build-ci --suite unit --suite golden --print-errorlogs
 
 echo "== real consumers (go tool pprof, speedscope, Chromium)"
-meson test -C build-ci --suite consumers --print-errorlogs
+run_tests build-ci --suite consumers --print-errorlogs
 
 echo "== end-to-end tests"
-meson test -C build-ci --suite e2e --print-errorlogs --verbose
+run_tests build-ci --suite e2e --print-errorlogs --verbose
 
 echo "== installed (meson install into a staging root; e2e on 3.12 with the installed commands)"
 bash tests/install/check-install.sh build-ci 3.12
@@ -45,7 +59,7 @@ echo "== sanitizers (address, undefined)"
 meson setup build-ci-asan --werror -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
 ninja -C build-ci-asan
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-meson test -C build-ci-asan --suite unit --suite golden --print-errorlogs
+run_tests build-ci-asan --suite unit --suite golden --print-errorlogs
 python3 tests/e2e/run_e2e.py --record build-ci-asan/record/pyflame-record \
   --report build-ci-asan/report/pyflame-report --only 3.12
 for t in test_native test_async test_continuous test_live test_sets; do
@@ -58,7 +72,7 @@ rm -rf build-ci-tsan
 meson setup build-ci-tsan --werror -Db_sanitize=thread -Db_lundef=false >/dev/null
 ninja -C build-ci-tsan
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-meson test -C build-ci-tsan --suite unit --suite golden --print-errorlogs
+run_tests build-ci-tsan --suite unit --suite golden --print-errorlogs
 python3 tests/e2e/run_e2e.py --record build-ci-tsan/record/pyflame-record \
   --report build-ci-tsan/report/pyflame-report --only 3.12
 for t in test_native test_async test_continuous test_live test_sets; do
@@ -71,6 +85,6 @@ rm -rf build-ci-fuzz
 CC=clang meson setup build-ci-fuzz --werror -Dfuzz=true -Db_sanitize=address,undefined \
   -Db_lundef=false >/dev/null
 ninja -C build-ci-fuzz
-meson test -C build-ci-fuzz --suite fuzz --print-errorlogs
+run_tests build-ci-fuzz --suite fuzz --print-errorlogs
 
 echo "== all tests passed"
