@@ -1225,7 +1225,7 @@ static void rotate_now(void *ctx, int64_t cut_ns, uint32_t tag, uint32_t reply_p
                 fprintf(stderr, "%s%s: cannot start %s: %s; going on in %s\n", r->tty ? "\n" : "",
                         prog, next, trace_writer_errmsg(r->w), current);
         } else {
-                rotation_finished(r->rot);
+                rotation_finished(r->rot, cut_ns);
                 rotation_set_current(r->rot, next);
                 if (!r->o->quiet && !r->tty)
                         fprintf(stderr, "%s: now writing %s\n", prog, next);
@@ -1930,7 +1930,7 @@ static int finish_trace(struct recording *r, int status)
                         current_file(r), current_file(r));
         }
         /* Finished too, even unfinalized (readable to its last commit): --on-rotate, --keep. */
-        rotation_finished(r->rot);
+        rotation_finished(r->rot, pf_now_mono_ns());
         return status;
 }
 

@@ -36,7 +36,8 @@ enum job_kind { JOB_FINISHED, JOB_SNAPSHOT };
 
 struct job {
         enum job_kind kind;
-        char *path; /* JOB_FINISHED: the file */
+        char *path;          /* JOB_FINISHED: the file */
+        int64_t end_mono_ns; /* JOB_FINISHED: its end (the cut) */
         pid_t reply_pid;
         int reply_fd;
 };
@@ -44,7 +45,7 @@ struct job {
 /* A finished file of the set, oldest first. */
 struct member {
         char *path;
-        int64_t end_wall_ns;
+        int64_t end_mono_ns; /* the cut that ended it, on the monotonic clock */
 };
 
 struct rotation {
@@ -138,20 +139,20 @@ const char *rotation_current(struct rotation *rot, char *buf, size_t len)
         return buf;
 }
 
-void rotation_finished(struct rotation *rot)
+void rotation_finished(struct rotation *rot, int64_t end_mono_ns)
 {
         pthread_mutex_lock(&rot->lock);
         char *path = rot->current ? strdup(rot->current) : NULL;
         pthread_mutex_unlock(&rot->lock);
         if (!path)
                 return;
-        struct job j = {JOB_FINISHED, path, 0, -1};
+        struct job j = {JOB_FINISHED, path, end_mono_ns, 0, -1};
         push_job(rot, &j);
 }
 
 void rotation_snapshot(struct rotation *rot, pid_t reply_pid, int reply_fd)
 {
-        struct job j = {JOB_SNAPSHOT, NULL, reply_pid, reply_fd};
+        struct job j = {JOB_SNAPSHOT, NULL, 0, reply_pid, reply_fd};
         push_job(rot, &j);
 }
 
@@ -191,12 +192,18 @@ static void drop_oldest(struct rotation *rot, const char *why)
         rot->n_set--;
 }
 
-/* Delete the oldest finished files past --keep or over --keep-size. */
+/*
+ * Delete the oldest finished files past --keep or over --keep-size. Age
+ * is counted from the newest cut, on the clock the files' spans are on:
+ * a file is dropped only when the files after it hold all of the last
+ * --keep (a --ring snapshot covers at least the ring), not a few
+ * microseconds less because this thread ran late.
+ */
 static void retain(struct rotation *rot)
 {
-        if (rot->o.keep_ns) {
-                int64_t now = pf_now_wall_ns();
-                while (rot->n_set && rot->set[0].end_wall_ns < now - rot->o.keep_ns)
+        if (rot->o.keep_ns && rot->n_set) {
+                int64_t newest = rot->set[rot->n_set - 1].end_mono_ns;
+                while (rot->n_set > 1 && rot->set[0].end_mono_ns < newest - rot->o.keep_ns)
                         drop_oldest(rot, "--keep");
         }
         if (rot->o.keep_bytes) {
@@ -282,7 +289,7 @@ static void finished(struct rotation *rot, struct job *j)
                 rot->set = p;
                 rot->cap_set = cap;
         }
-        rot->set[rot->n_set++] = (struct member){j->path, pf_now_wall_ns()};
+        rot->set[rot->n_set++] = (struct member){j->path, j->end_mono_ns};
         j->path = NULL;
         retain(rot);
 }

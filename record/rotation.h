@@ -50,9 +50,10 @@ const char *rotation_current(struct rotation *rot, char *buf, size_t len);
 
 /*
  * The file written so far is finished (the recording moved on to another
- * or ended): queue its --on-rotate command, then retention.
+ * or ended at `end_mono_ns`, the cut, on the monotonic clock): queue its
+ * --on-rotate command, then retention.
  */
-void rotation_finished(struct rotation *rot);
+void rotation_finished(struct rotation *rot, int64_t end_mono_ns);
 
 /*
  * Queue a snapshot: join the finished files into one trace (after what is

@@ -2,8 +2,9 @@
  * test_continuous.c - the parts of continuous recording that need no
  * interpreter: the names of a rotation's files (rotation_name), --on-rotate
  * run once per file in order, retention by size deleting the oldest files
- * only, and the /proc scan of --match (a process told once, a new process
- * under the same expression told again, a bad expression refused).
+ * only, retention by age counted on the files' cuts, and the /proc scan
+ * of --match (a process told once, a new process under the same
+ * expression told again, a bad expression refused).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -83,7 +84,7 @@ static void test_on_rotate_and_keep_size(void **state)
                 snprintf(f[i], sizeof(f[i]), "%s/keep-%d.db", dir, i);
                 write_bytes(f[i], 1000);
                 if (i)
-                        rotation_finished(rot);
+                        rotation_finished(rot, i * 1000000000LL);
                 rotation_set_current(rot, f[i]);
         }
         rotation_free(rot); /* waits for the commands and retention */
@@ -105,6 +106,42 @@ static void test_on_rotate_and_keep_size(void **state)
         assert_int_equal(access(f[3], F_OK), 0);
         assert_int_equal(access(f[4], F_OK), 0);
         assert_int_equal(access(decoy, F_OK), 0);
+}
+
+/*
+ * --keep 3s (--ring 3s) with files cut every second, the cuts given on
+ * the monotonic clock as the recorder passes them: however late the
+ * worker thread runs, a file is deleted only when the files after it hold
+ * all of the last 3 s, so a snapshot always covers the ring. The cut at
+ * exactly 3 s before the newest is kept; one a nanosecond older is not.
+ * Cuts 40 years into the clock: no wall clock is read.
+ */
+static void test_keep_by_cut(void **state)
+{
+        (void)state;
+        char out[512], err[256], f[7][512];
+        snprintf(out, sizeof(out), "%s/ring.db", dir);
+        struct rotation_opts o = {.output = out, .keep_ns = 3000000000LL, .quiet = true};
+        struct rotation *rot;
+        assert_int_equal(rotation_new(&o, &rot, err, sizeof(err)), 0);
+        const int64_t base = 40LL * 365 * 86400 * 1000000000LL, s = 1000000000LL;
+        /* f0 ends at 1 s, f1 at 2 s - 1 ns, f2 at 2 s, f3 at 4 s, f4 at 5 s; f5 current. */
+        const int64_t ends[] = {1 * s, 2 * s - 1, 2 * s, 4 * s, 5 * s};
+        for (int i = 0; i < 6; i++) {
+                snprintf(f[i], sizeof(f[i]), "%s/ring-%d.db", dir, i);
+                write_bytes(f[i], 10);
+                if (i)
+                        rotation_finished(rot, base + ends[i - 1]);
+                rotation_set_current(rot, f[i]);
+        }
+        rotation_free(rot);
+        /* Newest cut 5 s: f1 ended before 2 s, f2 at 2 s (3 s ago, not longer). */
+        assert_int_equal(access(f[0], F_OK), -1);
+        assert_int_equal(access(f[1], F_OK), -1);
+        assert_int_equal(access(f[2], F_OK), 0);
+        assert_int_equal(access(f[3], F_OK), 0);
+        assert_int_equal(access(f[4], F_OK), 0);
+        assert_int_equal(access(f[5], F_OK), 0);
 }
 
 /*
@@ -181,6 +218,7 @@ int main(void)
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_names),
             cmocka_unit_test(test_on_rotate_and_keep_size),
+            cmocka_unit_test(test_keep_by_cut),
             cmocka_unit_test(test_match_scan),
         };
         int rc = cmocka_run_group_tests(tests, NULL, NULL);
