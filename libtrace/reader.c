@@ -149,7 +149,8 @@ struct trace_reader {
         size_t n_error_rows;
         int64_t max_chunk_id;
         uint64_t n_samples;
-        bool loaded; /* open succeeded: the handle is more than a message */
+        bool loaded;      /* open succeeded: the handle is more than a message */
+        bool rolled_back; /* what is read is a copy, its hot journal rolled back */
 
         /*
          * A set (trace_reader_open_set): db is the join, whose chunks have
@@ -158,6 +159,7 @@ struct trace_reader {
          */
         struct trace_set_file *set_files;
         size_t n_set_files, seg_open;
+        char *set_tmp; /* the directory of rolled-back copies of files of the set, if any */
         sqlite3 *seg_db;
         sqlite3_stmt *seg_st;
 };
@@ -1068,11 +1070,40 @@ static int copy_file(const char *from, const char *to)
  * files, which is then read: the trace a user points us at is never written
  * to (a journal is as untrusted as the trace, and may lie about what to
  * restore), and a trace in a read-only place reads all the same.
+ *
+ * rolled_back_copy() makes that copy at `copy` (its journal gone once
+ * rolled back): 0, -errno when a file could not be copied, or the SQLite
+ * code of the roll-back.
  */
+static int rolled_back_copy(const char *path, const char *copy)
+{
+        char journal[PATH_MAX + 16], orig_journal[PATH_MAX + 16];
+        snprintf(journal, sizeof(journal), "%s-journal", copy);
+        snprintf(orig_journal, sizeof(orig_journal), "%s-journal", path);
+        int e = copy_file(path, copy);
+        if (e == 0)
+                e = copy_file(orig_journal, journal);
+        if (e) {
+                unlink(journal);
+                unlink(copy);
+                return e;
+        }
+        sqlite3 *db = NULL;
+        int64_t v;
+        int rc = open_untrusted(copy, SQLITE_OPEN_READWRITE, &db);
+        if (rc == SQLITE_OK)
+                rc = query_int(db, "PRAGMA user_version", &v); /* rolls back */
+        sqlite3_close(db);
+        unlink(journal);
+        if (rc != SQLITE_OK)
+                unlink(copy);
+        return rc;
+}
+
 static int roll_back_hot_journal(struct trace_reader *r)
 {
         const char *tmp = getenv("TMPDIR");
-        char dir[PATH_MAX], copy[PATH_MAX + 32], journal[PATH_MAX + 64], orig_journal[PATH_MAX];
+        char dir[PATH_MAX], copy[PATH_MAX + 32];
         snprintf(dir, sizeof(dir), "%s/pyflame-rollback-XXXXXX", tmp && *tmp ? tmp : "/tmp");
         if (!mkdtemp(dir))
                 return fail(r, TRACE_ERR_IO,
@@ -1081,31 +1112,20 @@ static int roll_back_hot_journal(struct trace_reader *r)
                             "(set TMPDIR to a writable directory)",
                             r->path, tmp && *tmp ? tmp : "/tmp", strerror(errno));
         snprintf(copy, sizeof(copy), "%s/trace.db", dir);
-        snprintf(journal, sizeof(journal), "%s-journal", copy);
-        snprintf(orig_journal, sizeof(orig_journal), "%s-journal", r->path);
         /* Closed first: copying opens and closes the trace, which drops its locks. */
         sqlite3_close(r->db);
         r->db = NULL;
-        int e = copy_file(r->path, copy);
-        if (e == 0)
-                e = copy_file(orig_journal, journal);
-        sqlite3 *db = NULL;
-        int64_t v;
-        int rc = e ? SQLITE_IOERR : open_untrusted(copy, SQLITE_OPEN_READWRITE, &db);
-        if (rc == SQLITE_OK)
-                rc = query_int(db, "PRAGMA user_version", &v); /* rolls back */
-        sqlite3_close(db);
+        int rc = rolled_back_copy(r->path, copy);
         if (rc == SQLITE_OK)
                 rc = open_untrusted(copy, SQLITE_OPEN_READONLY, &r->db);
         /* Open files stay readable once unlinked. */
-        unlink(journal);
         unlink(copy);
         rmdir(dir);
-        if (e)
+        if (rc < 0)
                 return fail(r, TRACE_ERR_IO,
                             "%s: the recorder was stopped in the middle of writing, and its "
                             "trace and journal could not be copied to roll it back: %s",
-                            r->path, strerror(-e));
+                            r->path, strerror(-rc));
         if (rc != SQLITE_OK)
                 return fail(r,
                             trace_status_from_sqlite(rc) == TRACE_ERR_NOMEM ? TRACE_ERR_NOMEM
@@ -1113,6 +1133,7 @@ static int roll_back_hot_journal(struct trace_reader *r)
                             "%s: damaged trace (%s) while rolling back the journal of an "
                             "interrupted recording",
                             r->path, sqlite3_errstr(rc));
+        r->rolled_back = true;
         return 0;
 }
 
@@ -1185,7 +1206,7 @@ TRACE_API int trace_reader_open(const char *path, struct trace_reader **out)
  * every sample chunk is validated where it is decoded. 0, or the status
  * with the message on `r`.
  */
-static int check_readable(struct trace_reader *r, const char *path)
+static int check_readable(struct trace_reader *r, const char *path, bool *hot)
 {
         struct trace_reader *one = calloc(1, sizeof(*one));
         if (!one)
@@ -1205,8 +1226,22 @@ static int check_readable(struct trace_reader *r, const char *path)
         }
         if (rc < 0)
                 fail(r, rc, "%s", one->errmsg[0] ? one->errmsg : trace_status_str(rc));
+        *hot = one->rolled_back;
         trace_reader_close(one);
         return rc < 0 ? rc : 0;
+}
+
+/* Remove the rolled-back copies of a set's files and their directory. */
+static void set_tmp_remove(struct trace_reader *r)
+{
+        if (!r->set_tmp)
+                return;
+        for (size_t i = 0; i < r->n_set_files; i++)
+                if (r->set_files[i].name)
+                        unlink(r->set_files[i].path);
+        rmdir(r->set_tmp);
+        free(r->set_tmp);
+        r->set_tmp = NULL;
 }
 
 TRACE_API int trace_reader_open_set(const char *const *paths, size_t n, struct trace_reader **out)
@@ -1221,11 +1256,6 @@ TRACE_API int trace_reader_open_set(const char *const *paths, size_t n, struct t
         *out = r;
         if (!paths || n == 0)
                 return fail(r, TRACE_ERR_ARG, "no trace file given");
-        int rc = 0;
-        for (size_t i = 0; i < n && rc == 0; i++)
-                rc = check_readable(r, paths[i]);
-        if (rc < 0)
-                return rc;
         const char *tmp = getenv("TMPDIR");
         char dir[PATH_MAX], joined[PATH_MAX + 16];
         snprintf(dir, sizeof(dir), "%s/pyflame-set-XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -1235,25 +1265,76 @@ TRACE_API int trace_reader_open_set(const char *const *paths, size_t n, struct t
                             "be made in %s: %s (set TMPDIR to a writable directory with room "
                             "for a copy of them)",
                             tmp && *tmp ? tmp : "/tmp", strerror(errno));
+        /*
+         * A file with a hot journal (its recorder killed in the middle of a
+         * commit) is read from a rolled-back copy, kept beside the join
+         * until the reader is closed: the user's file is never written to.
+         */
+        char **copies = calloc(n, sizeof(*copies));
+        int rc = copies ? 0 : fail_nomem(r);
+        bool any_copy = false;
+        for (size_t i = 0; i < n && rc == 0; i++) {
+                bool hot = false;
+                if ((rc = check_readable(r, paths[i], &hot)) < 0 || !hot)
+                        continue;
+                char copy[PATH_MAX + 48];
+                snprintf(copy, sizeof(copy), "%s/rolled-back-%zu.db", dir, i);
+                int e = rolled_back_copy(paths[i], copy);
+                if (e < 0)
+                        rc = fail(r, TRACE_ERR_IO,
+                                  "%s: the recorder was stopped in the middle of writing, and "
+                                  "its trace and journal could not be copied to %s to roll it "
+                                  "back: %s (set TMPDIR to a writable directory with room for a "
+                                  "copy)",
+                                  paths[i], dir, strerror(-e));
+                else if (e != SQLITE_OK)
+                        rc = fail(r, TRACE_ERR_CORRUPT,
+                                  "%s: damaged trace (%s) while rolling back the journal of an "
+                                  "interrupted recording",
+                                  paths[i], sqlite3_errstr(e));
+                else if (!(copies[i] = strdup(copy))) {
+                        unlink(copy);
+                        rc = fail_nomem(r);
+                }
+                any_copy |= copies[i] != NULL;
+        }
+        const char **read_from = rc == 0 ? malloc(n * sizeof(*read_from)) : NULL;
+        if (rc == 0 && !read_from)
+                rc = fail_nomem(r);
+        for (size_t i = 0; rc == 0 && i < n; i++)
+                read_from[i] = copies[i] ? copies[i] : paths[i];
         snprintf(joined, sizeof(joined), "%s/set.db", dir);
         struct trace_writer *w = NULL;
-        rc = trace_join_set(joined, paths, n, &w, &r->set_files);
         if (rc == 0) {
-                r->n_set_files = n;
-                r->seg_open = SIZE_MAX;
+                rc = trace_join_set(joined, read_from, paths, n, &w, &r->set_files);
+                if (rc == 0) {
+                        r->n_set_files = n;
+                        r->seg_open = SIZE_MAX;
+                } else {
+                        fail(r, rc, "%s", w ? trace_writer_errmsg(w) : trace_status_str(rc));
+                }
         }
-        if (rc < 0)
-                fail(r, rc, "%s", w ? trace_writer_errmsg(w) : trace_status_str(rc));
         trace_writer_free(w);
+        free(read_from);
         if (rc == 0) {
                 if (!(r->path = strdup(joined)))
                         rc = fail_nomem(r);
                 else if ((rc = check_file(r)) == 0)
                         rc = load(r);
         }
-        /* An open file stays readable once unlinked: nothing is left behind. */
+        /* An open file stays readable once unlinked: nothing else is left behind. */
         unlink(joined);
-        rmdir(dir);
+        if (rc == 0 && any_copy && !(r->set_tmp = strdup(dir)))
+                rc = fail_nomem(r);
+        if (rc < 0 || !any_copy) {
+                for (size_t i = 0; copies && i < n; i++)
+                        if (copies[i])
+                                unlink(copies[i]);
+                rmdir(dir);
+        }
+        for (size_t i = 0; copies && i < n; i++)
+                free(copies[i]);
+        free(copies);
         if (rc == 0) {
                 /* Messages from now on name the files, not the copy. */
                 char *name = strdup(paths[0]);
@@ -1322,8 +1403,11 @@ TRACE_API void trace_reader_close(struct trace_reader *r)
                 return;
         sqlite3_close(r->db);
         set_file_close(r);
-        for (size_t i = 0; i < r->n_set_files; i++)
+        set_tmp_remove(r);
+        for (size_t i = 0; i < r->n_set_files; i++) {
                 free(r->set_files[i].path);
+                free(r->set_files[i].name);
+        }
         free(r->set_files);
         for (size_t i = 0; i < r->n_meta; i++) {
                 free(r->meta_keys[i]);
@@ -1808,6 +1892,7 @@ static int set_chunk_blob(struct trace_reader *r, int64_t id, const void **blob,
         if (k == r->n_set_files || id <= r->set_files[k].base)
                 return corrupt(r, "sample chunk %lld is in no file of the set", (long long)id);
         const char *path = r->set_files[k].path;
+        const char *name = r->set_files[k].name ? r->set_files[k].name : path;
         if (k != r->seg_open) {
                 set_file_close(r);
                 int rc = open_untrusted(path, SQLITE_OPEN_READONLY, &r->seg_db);
@@ -1827,7 +1912,7 @@ static int set_chunk_blob(struct trace_reader *r, int64_t id, const void **blob,
                             fail(r, TRACE_ERR_IO,
                                  "%s: %s (its samples are read from it as the report "
                                  "goes: was it removed or replaced since?)",
-                                 path, r->seg_db ? sqlite3_errmsg(r->seg_db) : sqlite3_errstr(rc));
+                                 name, r->seg_db ? sqlite3_errmsg(r->seg_db) : sqlite3_errstr(rc));
                         set_file_close(r);
                         return status;
                 }
@@ -1847,9 +1932,9 @@ static int set_chunk_blob(struct trace_reader *r, int64_t id, const void **blob,
                 return fail(r, TRACE_ERR_CORRUPT,
                             "%s: its sample chunk %lld is gone (the file was changed since it "
                             "was opened?)",
-                            path, (long long)(id - r->set_files[k].base));
+                            name, (long long)(id - r->set_files[k].base));
         return fail(r, (rc & 0xff) == SQLITE_NOMEM ? TRACE_ERR_NOMEM : TRACE_ERR_IO,
-                    "%s: reading samples: %s", path, sqlite3_errmsg(r->seg_db));
+                    "%s: reading samples: %s", name, sqlite3_errmsg(r->seg_db));
 }
 
 static int scan(struct trace_reader *r, const struct trace_filter *f, struct sink *sink)

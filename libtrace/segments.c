@@ -38,8 +38,9 @@ struct segment_info {
         int64_t start_mono, end_mono, start_wall, end_wall, segment;
         char set[128];
         bool finished;
-        bool joined; /* itself a join of files of the set (meta segments) */
-        const char *path;
+        bool joined;      /* itself a join of files of the set (meta segments) */
+        const char *path; /* the file's name, in messages */
+        const char *file; /* where it is read: path, or a copy of it */
 };
 
 /* Run `sql` with up to two int64 parameters; returns a SQLite code. */
@@ -60,15 +61,25 @@ static int exec2(sqlite3 *db, const char *sql, int64_t a, int64_t b)
         return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
+/*
+ * Attach the file at `path` as seg, read-only: a join never writes to the
+ * files it reads. (Read-write, SQLite would roll back a hot journal left
+ * by a killed recorder in the user's file; read-only it says
+ * SQLITE_READONLY_ROLLBACK, and the reader rolls it back in a copy.)
+ */
 static int attach(sqlite3 *db, const char *path)
 {
+        char *uri = trace_sqlite_uri(path, "mode=ro");
+        if (!uri)
+                return SQLITE_NOMEM;
         sqlite3_stmt *st;
         int rc = sqlite3_prepare_v2(db, "ATTACH DATABASE ?1 AS seg", -1, &st, NULL);
-        if (rc != SQLITE_OK)
-                return rc;
-        sqlite3_bind_text(st, 1, path, -1, SQLITE_STATIC);
-        rc = sqlite3_step(st);
-        sqlite3_finalize(st);
+        if (rc == SQLITE_OK) {
+                sqlite3_bind_text(st, 1, uri, -1, SQLITE_STATIC);
+                rc = sqlite3_step(st);
+                sqlite3_finalize(st);
+        }
+        free(uri);
         return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
@@ -260,8 +271,8 @@ static int read_info_live(sqlite3 *db, struct segment_info *si)
 }
 
 /* Read each file's meta into si[i] (in the order given); 0 or a status. */
-static int read_segments(struct trace_writer *w, sqlite3 *db, const char *const *paths, size_t n,
-                         struct segment_info *si)
+static int read_segments(struct trace_writer *w, sqlite3 *db, const char *const *paths,
+                         const char *const *names, size_t n, struct segment_info *si)
 {
         for (size_t i = 0; i < n; i++) {
                 int rc = attach(db, paths[i]);
@@ -269,10 +280,16 @@ static int read_segments(struct trace_writer *w, sqlite3 *db, const char *const 
                         rc = read_info_live(db, &si[i]);
                         exec2(db, "DETACH DATABASE seg", 0, 0);
                 }
+                if (rc == SQLITE_READONLY_ROLLBACK)
+                        return trace_writer_fail(w, TRACE_ERR_ARG,
+                                                 "%s: not a finished file (its recorder was "
+                                                 "stopped in the middle of writing it)",
+                                                 names[i]);
                 if (rc != SQLITE_OK)
-                        return trace_writer_fail(w, TRACE_ERR_IO, "%s: %s", paths[i],
+                        return trace_writer_fail(w, TRACE_ERR_IO, "%s: %s", names[i],
                                                  sqlite3_errmsg(db));
-                si[i].path = paths[i];
+                si[i].path = names[i];
+                si[i].file = paths[i];
         }
         return 0;
 }
@@ -399,7 +416,7 @@ static int copy_segments(struct trace_writer *w, sqlite3 *db, const struct segme
                 int64_t shift = si[i].start_mono - si[0].start_mono;
                 /* A file's chunks follow the last id of the file before. */
                 int64_t base = files && i ? files[i - 1].last_id : 0;
-                if ((src = attach(db, si[i].path)) != SQLITE_OK)
+                if ((src = attach(db, si[i].file)) != SQLITE_OK)
                         break;
                 /*
                  * The last file's dictionaries hold every id of the files
@@ -435,8 +452,8 @@ static int copy_segments(struct trace_writer *w, sqlite3 *db, const struct segme
 }
 
 /* Both joins: `set` for reading a set (any order, gaps, a live last file). */
-static int join(const char *out, unsigned flags, const char *const *paths, size_t n, bool set,
-                struct trace_writer **out_w, struct trace_set_file **out_files)
+static int join(const char *out, unsigned flags, const char *const *paths, const char *const *names,
+                size_t n, bool set, struct trace_writer **out_w, struct trace_set_file **out_files)
 {
         if (!out_w)
                 return TRACE_ERR_ARG;
@@ -448,6 +465,16 @@ static int join(const char *out, unsigned flags, const char *const *paths, size_
         sqlite3 *db = trace_writer_db(w);
         /* A live recorder holds its file's lock briefly once a second: wait for it. */
         sqlite3_busy_timeout(db, 5000);
+        /*
+         * The files come from anywhere: nothing in their schemas runs (the
+         * join reads their tables by name), as the reader opens them.
+         */
+        sqlite3_extended_result_codes(db, 1);
+        sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
+        sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
+        sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_TRIGGER, 0, NULL);
+        sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_VIEW, 0, NULL);
+        exec2(db, "PRAGMA cell_size_check = ON", 0, 0);
         struct segment_info *si = NULL;
         struct trace_set_file *files = NULL;
         char *gaps = NULL;
@@ -462,12 +489,13 @@ static int join(const char *out, unsigned flags, const char *const *paths, size_
                 rc = trace_writer_fail(w, TRACE_ERR_NOMEM, "out of memory");
                 goto fail;
         }
-        if ((rc = read_segments(w, db, paths, n, si)) < 0 ||
+        if ((rc = read_segments(w, db, paths, names ? names : paths, n, si)) < 0 ||
             (rc = set ? order_set(w, si, n, gaps, TRACE_GAPS_MAX) : check_segments(w, si, n)) < 0 ||
             (rc = copy_segments(w, db, si, n, out, gaps, files)) < 0)
                 goto fail;
         for (size_t i = 0; files && i < n; i++)
-                if (!(files[i].path = strdup(si[i].path))) {
+                if (!(files[i].path = strdup(si[i].file)) ||
+                    (strcmp(si[i].file, si[i].path) && !(files[i].name = strdup(si[i].path)))) {
                         rc = trace_writer_fail(w, TRACE_ERR_NOMEM, "out of memory");
                         goto fail;
                 }
@@ -479,8 +507,10 @@ static int join(const char *out, unsigned flags, const char *const *paths, size_
                 *out_files = files;
                 return 0;
         }
-        for (size_t i = 0; files && i < n; i++)
+        for (size_t i = 0; files && i < n; i++) {
                 free(files[i].path);
+                free(files[i].name);
+        }
         free(files);
         return 0;
 fail:
@@ -488,8 +518,10 @@ fail:
         free(gaps);
         trace_writer_close_written(w);
 fail_closed:
-        for (size_t i = 0; files && i < n; i++)
+        for (size_t i = 0; files && i < n; i++) {
                 free(files[i].path);
+                free(files[i].name);
+        }
         free(files);
         unlink(out);
         return rc;
@@ -498,13 +530,13 @@ fail_closed:
 TRACE_API int trace_join_segments(const char *out, unsigned flags, const char *const *paths,
                                   size_t n, struct trace_writer **out_w)
 {
-        return join(out, flags, paths, n, false, out_w, NULL);
+        return join(out, flags, paths, NULL, n, false, out_w, NULL);
 }
 
-int trace_join_set(const char *out, const char *const *paths, size_t n, struct trace_writer **out_w,
-                   struct trace_set_file **files)
+int trace_join_set(const char *out, const char *const *paths, const char *const *names, size_t n,
+                   struct trace_writer **out_w, struct trace_set_file **files)
 {
         if (files)
                 *files = NULL;
-        return join(out, TRACE_CREATE_FORCE, paths, n, true, out_w, files);
+        return join(out, TRACE_CREATE_FORCE, paths, names, n, true, out_w, files);
 }

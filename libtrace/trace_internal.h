@@ -70,6 +70,14 @@ int trace_writer_add_recording_meta(struct trace_writer *w, uint32_t id, const c
  */
 struct sqlite3;
 struct sqlite3 *trace_writer_db(struct trace_writer *w);
+
+/*
+ * The SQLite URI naming file `path` (any bytes; percent-encoded, so that
+ * no name is read as a URI's query, fragment or authority), with `query`
+ * ("mode=ro", say) when not NULL: for ATTACH and opens with
+ * SQLITE_OPEN_URI. Malloc'd; NULL when out of memory.
+ */
+char *trace_sqlite_uri(const char *path, const char *query);
 int trace_writer_close_written(struct trace_writer *w);
 
 /*
@@ -87,18 +95,20 @@ int trace_writer_close_written(struct trace_writer *w);
  * - the table stack_counts (a summary for SQL users; the reader never
  *   reads it) is left empty.
  * Files of different sets, or not of a rotation, are refused with a
- * message saying to merge. Returns as trace_join_segments() does; on
+ * message saying to merge. names[i] (names NULL: paths[i]) is file i's
+ * name in messages, where it is read from a copy. Returns as trace_join_segments() does; on
  * success *files (n_files entries, the caller frees each path and the
  * array) is set, else left NULL.
  */
 #define TRACE_GAPS_MAX 4096
 struct trace_set_file {
-        char *path;
+        char *path;      /* where its chunks are read */
+        char *name;      /* its name in messages, when not path (a rolled-back copy) */
         int64_t base;    /* a chunk's id in the join is base + its id in the file */
         int64_t last_id; /* the join's largest chunk id from this file (base: none) */
 };
-int trace_join_set(const char *out, const char *const *paths, size_t n, struct trace_writer **out_w,
-                   struct trace_set_file **files);
+int trace_join_set(const char *out, const char *const *paths, const char *const *names, size_t n,
+                   struct trace_writer **out_w, struct trace_set_file **files);
 
 /* The i-th row of the errors table: pid (0: the recorder), kind (folded), count. */
 bool trace_reader_error_at(const struct trace_reader *r, size_t i, int32_t *pid, unsigned *kind,

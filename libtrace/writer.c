@@ -1620,9 +1620,43 @@ static int initial_meta(struct trace_writer *w)
  * opens it and its journal without following one (SQLITE_OPEN_NOFOLLOW; the
  * journal always), and a file swapped in between is refused.
  */
+char *trace_sqlite_uri(const char *path, const char *query)
+{
+        static const char hex[] = "0123456789ABCDEF";
+        size_t n = strlen(path), q = query ? strlen(query) + 1 : 0;
+        char *uri = malloc(7 + 3 * n + q + 1);
+        if (!uri)
+                return NULL;
+        /* "file:" + "//" (an empty authority) before an absolute path, so that "//x" is a path. */
+        char *o = uri + sprintf(uri, "file:%s", path[0] == '/' ? "//" : "");
+        for (const unsigned char *c = (const unsigned char *)path; *c; c++) {
+                if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                    (*c >= '0' && *c <= '9') || strchr("/._-~", *c)) {
+                        *o++ = (char)*c;
+                } else {
+                        *o++ = '%';
+                        *o++ = hex[*c >> 4];
+                        *o++ = hex[*c & 15];
+                }
+        }
+        if (query)
+                o += sprintf(o, "?%s", query);
+        *o = '\0';
+        return uri;
+}
+
 static int open_database(struct trace_writer *w, const char *path)
 {
-        int src = sqlite3_open_v2(path, &w->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW, NULL);
+        /*
+         * Opened as a URI (the path encoded: a name is never read as one),
+         * so that a join can ATTACH the files it reads read-only.
+         */
+        char *uri = trace_sqlite_uri(path, NULL);
+        if (!uri)
+                return fail_nomem(w);
+        int src = sqlite3_open_v2(
+            uri, &w->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_URI, NULL);
+        free(uri);
         if (src != SQLITE_OK)
                 return fail_sqlite(w, src, "cannot open the new trace");
         struct stat st;

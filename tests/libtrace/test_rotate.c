@@ -10,7 +10,8 @@
  * trace, a missing file a gap with its span and segment, files of another
  * set, given twice or already joined refused, nothing left in TMPDIR; the
  * samples read from the files in place, as the joined trace has them, and
- * a file removed while the set is open an error naming it.
+ * a file removed while the set is open an error naming it; a file with a
+ * hot journal read from a rolled-back copy, never rolled back in place.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,6 +23,9 @@
 #include <unistd.h>
 
 #include <dirent.h>
+#include <sys/stat.h>
+
+#include <sqlite3.h>
 
 #include <cmocka.h>
 
@@ -252,13 +256,30 @@ static int dir_entries(const char *dir)
         return n;
 }
 
+/* Set TMPDIR to a fresh directory; returns it (and the old value in *old). */
+static char *private_tmpdir(char **old)
+{
+        char *tmp = tu_mkdtemp();
+        *old = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
+        setenv("TMPDIR", tmp, 1);
+        return tmp;
+}
+
+static void restore_tmpdir(char *tmp, char *old)
+{
+        if (old)
+                setenv("TMPDIR", old, 1);
+        else
+                unsetenv("TMPDIR");
+        free(old);
+        tu_rmdir(tmp);
+}
+
 /* The files in any order read as the joined trace; the temporary copy is gone. */
 static void test_open_set(void **state)
 {
         struct fixture *f = *state;
-        char *tmp = tu_mkdtemp();
-        char *old = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
-        setenv("TMPDIR", tmp, 1);
+        char *old, *tmp = private_tmpdir(&old);
         const char *paths[] = {f->file[2], f->file[0], f->file[1]};
         struct trace_reader *r = NULL;
         if (trace_reader_open_set(paths, 3, &r) != 0)
@@ -275,12 +296,7 @@ static void test_open_set(void **state)
         assert_int_equal(trace_reader_foreach_sample(r, NULL, add_time, seen), 0);
         assert_int_equal(seen[0], 3 * PER_FILE);
         trace_reader_close(r);
-        if (old)
-                setenv("TMPDIR", old, 1);
-        else
-                unsetenv("TMPDIR");
-        free(old);
-        tu_rmdir(tmp);
+        restore_tmpdir(tmp, old);
 }
 
 /* A missing middle file: a gap, its span the missing file's, no sample in it. */
@@ -391,6 +407,88 @@ static void test_open_set_in_place(void **state)
         free(lost.s);
         trace_reader_close(set);
         trace_reader_close(joined);
+}
+
+/*
+ * A set whose last file has a hot journal (its recorder killed in the
+ * middle of a commit), under names a URI would misread: read as its last
+ * complete commit, from a copy rolled back in TMPDIR (gone once the reader
+ * is closed), while the user's file and journal are left as they were:
+ * nothing that reads a set writes to it. Joining such files is refused,
+ * saying why, and leaves them as they were too.
+ */
+static void test_open_set_hot_journal(void **state)
+{
+        struct fixture *f = *state;
+        char *d = tu_mkdtemp();
+        char *file[3] = {tu_path(d, "seg 0?mode=rw#%41.db"), tu_path(d, "seg 1%.db"),
+                         tu_path(d, "seg 2#.db")};
+        char *journal = tu_path(d, "seg 2#.db-journal");
+        char *victim = tu_path(d, "victim.db"), *victim_journal = tu_path(d, "victim.db-journal");
+        tu_copy_file(f->file[0], file[0]);
+        tu_copy_file(f->file[1], file[1]);
+        tu_copy_file(f->file[2], victim);
+        sqlite3 *db;
+        assert_int_equal(sqlite3_open(victim, &db), SQLITE_OK);
+        /* A tiny cache makes SQLite write changed pages before COMMIT. */
+        assert_int_equal(sqlite3_exec(db,
+                                      "PRAGMA cache_size = 1; BEGIN; DELETE FROM sample_chunks; "
+                                      "DELETE FROM stacks WHERE id > 0",
+                                      NULL, NULL, NULL),
+                         SQLITE_OK);
+        /* "Kill" the writer: the file and its journal as they are now. */
+        assert_int_equal(access(victim_journal, F_OK), 0);
+        tu_copy_file(victim, file[2]);
+        tu_copy_file(victim_journal, journal);
+        sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+        sqlite3_close(db);
+        unlink(victim);
+        struct stat before_trace, before_journal, after;
+        assert_int_equal(stat(file[2], &before_trace), 0);
+        assert_int_equal(stat(journal, &before_journal), 0);
+
+        char *old, *tmp = private_tmpdir(&old);
+        const char *paths[] = {file[2], file[0], file[1]};
+        for (int pass = 0; pass < 2; pass++) {
+                struct trace_reader *r = NULL;
+                if (trace_reader_open_set(paths, 3, &r) != 0)
+                        fail_msg("open set: %s", trace_reader_errmsg(r));
+                struct trace_summary s;
+                assert_int_equal(trace_reader_summary(r, &s), 0);
+                assert_int_equal(s.samples, 3 * 2 * PER_FILE);
+                int64_t seen[2] = {0, INT64_MIN};
+                assert_int_equal(trace_reader_foreach_sample(r, NULL, add_time, seen), 0);
+                assert_int_equal(seen[0], 3 * PER_FILE);
+                /* The rolled-back copy, read from as the scans go. */
+                assert_int_equal(dir_entries(tmp), 1);
+                trace_reader_close(r);
+                assert_int_equal(dir_entries(tmp), 0);
+        }
+        struct trace_writer *w = NULL;
+        char *joined = tu_path(d, "joined.db");
+        assert_int_equal(
+            trace_join_segments(joined, 0, (const char *const[]){file[0], file[1], file[2]}, 3, &w),
+            TRACE_ERR_ARG);
+        assert_non_null(strstr(trace_writer_errmsg(w), "stopped in the middle of writing"));
+        assert_non_null(strstr(trace_writer_errmsg(w), file[2]));
+        trace_writer_free(w);
+        restore_tmpdir(tmp, old);
+
+        assert_int_equal(stat(file[2], &after), 0);
+        assert_true(after.st_size == before_trace.st_size &&
+                    after.st_mtim.tv_sec == before_trace.st_mtim.tv_sec &&
+                    after.st_mtim.tv_nsec == before_trace.st_mtim.tv_nsec);
+        assert_int_equal(stat(journal, &after), 0);
+        assert_true(after.st_size == before_journal.st_size &&
+                    after.st_mtim.tv_sec == before_journal.st_mtim.tv_sec &&
+                    after.st_mtim.tv_nsec == before_journal.st_mtim.tv_nsec);
+        for (int i = 0; i < 3; i++)
+                free(file[i]);
+        free(journal);
+        free(victim);
+        free(victim_journal);
+        free(joined);
+        tu_rmdir(d);
 }
 
 /* Files of another recording, or one file twice: refused, saying why. */
@@ -596,6 +694,7 @@ int main(void)
             cmocka_unit_test(test_open_set_gap),
             cmocka_unit_test(test_open_set_in_place),
             cmocka_unit_test(test_open_set_refuses),
+            cmocka_unit_test(test_open_set_hot_journal),
             cmocka_unit_test(test_rotate_to_existing_file),
             cmocka_unit_test(test_rotate_workers_come_and_go),
         };
