@@ -24,6 +24,7 @@
  * join costs what the files' dictionaries and chunk rows take, and the
  * reader reads each blob in place.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -285,6 +286,10 @@ static int read_segments(struct trace_writer *w, sqlite3 *db, const char *const 
                                                  "%s: not a finished file (its recorder was "
                                                  "stopped in the middle of writing it)",
                                                  names[i]);
+                /* ATTACH's own message names the URI: say what the system said. */
+                if ((rc & 0xff) == SQLITE_CANTOPEN && sqlite3_system_errno(db))
+                        return trace_writer_fail(w, TRACE_ERR_IO, "%s: cannot open: %s", names[i],
+                                                 strerror(sqlite3_system_errno(db)));
                 if (rc != SQLITE_OK)
                         return trace_writer_fail(w, TRACE_ERR_IO, "%s: %s", names[i],
                                                  sqlite3_errmsg(db));

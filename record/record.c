@@ -667,6 +667,7 @@ struct recording {
                 atomic_int stop;
                 int saved_stderr; /* while the screen is up, -1 otherwise */
                 FILE *held;       /* our messages meanwhile */
+                struct rotation *rot;
                 struct top_ui_opts opts;
         } live;
         /* --subprocesses (and --match): processes that are not (yet) Python. */
@@ -1729,6 +1730,13 @@ static void *live_main(void *arg)
 }
 
 /* The CPU time the view's thread used so far (not the recording's cost), or 0. */
+/* The view reads every file of the recording still on disk, as one. */
+static int live_files(void *ctx, char ***paths, size_t *n)
+{
+        struct live *l = ctx;
+        return rotation_files(l->rot, paths, n);
+}
+
 static int64_t live_cpu_ns(const struct live *l)
 {
         clockid_t clock;
@@ -1752,6 +1760,7 @@ static int live_start(struct recording *r)
         bool screen = isatty(STDOUT_FILENO) && isatty(STDIN_FILENO);
         l->saved_stderr = -1;
         l->main_thread = pthread_self();
+        l->rot = r->rot;
         atomic_init(&l->stop, 0);
         l->opts = (struct top_ui_opts){
             .path = o->output,
@@ -1763,6 +1772,7 @@ static int live_start(struct recording *r)
             .stop = &l->stop,
             .on_quit = live_quit,
             .ctx = l,
+            .list_files = live_files,
             .plain = !screen,
             .repaint = screen && o->command,
         };

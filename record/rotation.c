@@ -53,6 +53,9 @@ struct rotation {
         char *dir, *stem, *ext; /* DIR/STEM.EXT */
         char *on_rotate_sh;     /* the command with the path as its argument */
         char *current;
+        /* Every file made (the current one too) that retention has not deleted, oldest first. */
+        char **made;
+        size_t n_made, cap_made;
 
         pthread_mutex_t lock;
         pthread_cond_t wake;
@@ -122,13 +125,53 @@ static void push_job(struct rotation *rot, const struct job *j)
 
 void rotation_set_current(struct rotation *rot, const char *path)
 {
-        char *copy = strdup(path);
-        if (!copy)
+        char *copy = strdup(path), *listed = strdup(path);
+        if (!copy || !listed) {
+                free(copy);
+                free(listed);
                 return; /* keeps the old name: retention then counts that file's size */
+        }
         pthread_mutex_lock(&rot->lock);
         free(rot->current);
         rot->current = copy;
+        if (rot->n_made == rot->cap_made) {
+                size_t cap = rot->cap_made ? 2 * rot->cap_made : 16;
+                char **p = realloc(rot->made, cap * sizeof(*p));
+                if (p) {
+                        rot->made = p;
+                        rot->cap_made = cap;
+                }
+        }
+        if (rot->n_made < rot->cap_made)
+                rot->made[rot->n_made++] = listed;
+        else
+                free(listed); /* out of memory: the live view goes without this file */
         pthread_mutex_unlock(&rot->lock);
+}
+
+int rotation_files(struct rotation *rot, char ***paths, size_t *n)
+{
+        *paths = NULL;
+        *n = 0;
+        pthread_mutex_lock(&rot->lock);
+        char **v = calloc(rot->n_made ? rot->n_made : 1, sizeof(*v));
+        bool oom = !v;
+        size_t k = 0;
+        for (size_t i = 0; !oom && i < rot->n_made; i++) {
+                if (access(rot->made[i], F_OK) < 0)
+                        continue; /* not made yet, or deleted by someone else */
+                oom = !(v[k++] = strdup(rot->made[i]));
+        }
+        pthread_mutex_unlock(&rot->lock);
+        if (oom) {
+                for (size_t i = 0; v && i < k; i++)
+                        free(v[i]);
+                free(v);
+                return -1;
+        }
+        *paths = v;
+        *n = k;
+        return 0;
 }
 
 const char *rotation_current(struct rotation *rot, char *buf, size_t len)
@@ -184,9 +227,19 @@ static int64_t file_size(const char *path)
 static void drop_oldest(struct rotation *rot, const char *why)
 {
         struct member *m = &rot->set[0];
+        pthread_mutex_lock(&rot->lock);
+        for (size_t i = 0; i < rot->n_made; i++)
+                if (!strcmp(rot->made[i], m->path)) {
+                        free(rot->made[i]);
+                        memmove(rot->made + i, rot->made + i + 1,
+                                (rot->n_made - i - 1) * sizeof(*rot->made));
+                        rot->n_made--;
+                        break;
+                }
         if (unlink(m->path) < 0 && errno != ENOENT)
                 fprintf(stderr, "%s: cannot remove %s (%s): %s\n", prog, m->path, why,
                         strerror(errno));
+        pthread_mutex_unlock(&rot->lock);
         free(m->path);
         memmove(rot->set, rot->set + 1, (rot->n_set - 1) * sizeof(*rot->set));
         rot->n_set--;
@@ -393,6 +446,9 @@ void rotation_free(struct rotation *rot)
                 free(rot->set[i].path);
         free(rot->set);
         free(rot->jobs);
+        for (size_t i = 0; i < rot->n_made; i++)
+                free(rot->made[i]);
+        free(rot->made);
         free(rot->current);
         free(rot->dir);
         free(rot->stem);

@@ -49,6 +49,15 @@ void rotation_set_current(struct rotation *rot, const char *path);
 const char *rotation_current(struct rotation *rot, char *buf, size_t len);
 
 /*
+ * The files of this recording now on disk, oldest first, the one being
+ * written last (for the live view): copies in *paths (the caller frees
+ * each and the array), *n of them. Made under the lock that retention
+ * deletes under, so no file listed was deleted by it before the listing
+ * ended. 0, or -1 when out of memory.
+ */
+int rotation_files(struct rotation *rot, char ***paths, size_t *n);
+
+/*
  * The file written so far is finished (the recording moved on to another
  * or ended at `end_mono_ns`, the cut, on the monotonic clock): queue its
  * --on-rotate command, then retention.

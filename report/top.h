@@ -136,6 +136,13 @@ struct top_ui_opts {
         /* Called once when the user quits (q) in a live view; may be NULL. */
         void (*on_quit)(void *ctx);
         void *ctx;
+        /*
+         * When not NULL, the files to read (a recording that rotates),
+         * asked at each opening instead of expanding path, which then only
+         * names them in messages: malloc'd copies in *paths (freed by the
+         * view), *n of them; 0, or -1 when out of memory.
+         */
+        int (*list_files)(void *ctx, char ***paths, size_t *n);
         /* Repaint the whole screen at each refresh (another program writes to the terminal). */
         bool repaint;
         /* Without a terminal: print snapshots (every interval) instead of the screen. */

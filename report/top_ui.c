@@ -150,20 +150,33 @@ static int resolve_selection(struct top_state *s)
         return 0;
 }
 
+static bool following(const struct top_state *s);
+
 /* (Re)open the trace. Returns 0, or -1 with s->problem set (the old reader kept). */
-static int open_trace(struct top_state *s)
+static int open_files(struct top_state *s, bool retried)
 {
         /*
          * A directory or a glob is expanded at each opening: following the
          * files of a rotating recording, the view goes on into each new one.
          */
-        struct report_inputs in;
-        if (report_inputs_expand((char *const *)&s->o->path, 1, &in, s->problem,
-                                 sizeof(s->problem)) < 0)
+        struct report_inputs in = {NULL, 0};
+        if (s->o->list_files) {
+                if (s->o->list_files(s->o->ctx, &in.paths, &in.n) < 0) {
+                        snprintf(s->problem, sizeof(s->problem), "out of memory");
+                        return -1;
+                }
+        } else if (report_inputs_expand((char *const *)&s->o->path, 1, &in, s->problem,
+                                        sizeof(s->problem)) < 0) {
                 return -1;
+        }
         struct trace_reader *r = NULL;
         int rc = trace_reader_open_set((const char *const *)in.paths, in.n, &r);
         report_inputs_free(&in);
+        if (rc < 0 && !retried && following(s)) {
+                /* Retention may have deleted a file listed a moment ago: list them again. */
+                trace_reader_close(r);
+                return open_files(s, true);
+        }
         if (rc < 0) {
                 /* libtrace's message may name the path already. */
                 const char *why =
@@ -199,16 +212,19 @@ static int open_trace(struct top_state *s)
         return 0;
 }
 
+static int open_trace(struct top_state *s)
+{
+        return open_files(s, false);
+}
+
 static bool following(const struct top_state *s)
 {
         return s->o->follow || s->o->live;
 }
 
-/* Rebuild the model for the current cursor, window and filters. */
-static void rebuild(struct top_state *s)
+/* Build the model for the current cursor, window and filters into *v; a status. */
+static int build(struct top_state *s, struct top_view *v)
 {
-        if (!s->r)
-                return;
         struct top_query q = {
             .window_ns = windows_ns[s->window],
             .key = s->key,
@@ -242,8 +258,22 @@ static void rebuild(struct top_state *s)
         if (s->cursor_ns < 0)
                 s->cursor_ns = 0;
         q.cursor_ns = s->cursor_ns;
+        return top_view_build(s->r, &q, v);
+}
+
+/* Rebuild the model for the current cursor, window and filters. */
+static void rebuild(struct top_state *s)
+{
+        if (!s->r)
+                return;
         struct top_view v;
-        int rc = top_view_build(s->r, &q, &v);
+        int rc = build(s, &v);
+        /*
+         * Following a rotating recording, retention may have deleted a file
+         * since the files were listed: read the files there are now, once.
+         */
+        if (rc < 0 && following(s) && open_trace(s) == 0)
+                rc = build(s, &v);
         if (rc < 0) {
                 snprintf(s->problem, sizeof(s->problem), "%s: %s", s->o->path,
                          *trace_reader_errmsg(s->r) ? trace_reader_errmsg(s->r)

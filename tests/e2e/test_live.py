@@ -26,6 +26,9 @@ sleeps (in sleeper), so every key has a visible effect:
 - colours when the terminal has them, none with NO_COLOR set;
 - plain: pyflame-top without a terminal prints text snapshots every
   --interval, phase_one in the first and phase_two in a later one;
+- live rotating: pyflame-top --rotate 1s reads every file of the recording
+  (its last snapshot counts more samples than any one file holds), and
+  under --ring the files retention deletes under the view are no error;
 - pids: pyflame-top -p A,B shows each program's function at about half,
   and -s shows a child process's;
 - unknown terminal: snapshots instead of the screen, the recording intact.
@@ -426,6 +429,40 @@ def test_plain(r, label, py):
     r.check(name + " trace", meta > 0 and meta == folded, "meta %d folded %d" % (meta, folded))
 
 
+def top_rotating(r, py, d, args, seconds):
+    """pyflame-top ARGS -o D/run.db on the workload: (exit status, snapshots, complaints)."""
+    os.makedirs(d, exist_ok=True)
+    p = subprocess.run([r.top] + args + ["-o", os.path.join(d, "run.db"), "--", py,
+                                         r.workload] + [str(x) for x in seconds],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    snaps = [b for b in p.stdout.split("\n\n") if b.strip()]
+    complaints = [line for line in p.stderr.splitlines()
+                  if "now writing" not in line and "wrote " not in line]
+    return p.returncode, snaps, complaints
+
+
+def test_live_rotating(r, label, py):
+    """--live of a recording that rotates reads all of its files, as one; under --ring,
+    the files retention deletes meanwhile are no error."""
+    name = "%s live rotating" % label
+    d = os.path.join(r.tmp, "live-rotate-%s" % label)
+    rc, snaps, complaints = top_rotating(r, py, d, ["--interval", "1", "--rotate", "1s"], (2, 3))
+    firsts = [first(b)[2] for b in snaps if rows(b)]
+    files = sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".db"))
+    per_file = [trace_samples(r, f)[0] for f in files]
+    last = header_value(snaps[-1], "Samples") if snaps else -1
+    r.check(name + ": exit, no complaint", rc == 0 and not complaints, "\n".join(complaints))
+    r.check(name + ": the view reads every file", len(files) >= 4 and
+            last > max(per_file) and firsts and firsts[0].startswith("phase_one") and
+            firsts[-1].startswith("phase_two"),
+            "last snapshot %d samples, files %r\n%s" % (last, per_file, "".join(snaps[-1:])))
+    d = os.path.join(r.tmp, "live-ring-%s" % label)
+    rc, snaps, complaints = top_rotating(r, py, d, ["--interval", "0.3", "--ring", "1s"], (2, 2))
+    r.check(name + ": --ring, files deleted under the view", rc == 0 and not complaints and
+            len(snaps) >= 8 and header_value(snaps[-1], "Samples") > 0,
+            "\n".join(complaints + snaps[-1:]))
+
+
 def test_pids(r, label, py):
     """Several pids, and --subprocesses, in the snapshots."""
     name = "%s pids" % label
@@ -523,8 +560,8 @@ def test_native_key(r, label, py):
         r.stop()
 
 
-TESTS = [test_live, test_sigterm, test_replay, test_follow, test_follow_set, test_plain, test_pids,
-         test_unknown_terminal, test_native_key]
+TESTS = [test_live, test_sigterm, test_replay, test_follow, test_follow_set, test_plain,
+         test_live_rotating, test_pids, test_unknown_terminal, test_native_key]
 
 
 def main():
