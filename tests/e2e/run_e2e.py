@@ -143,10 +143,14 @@ def test_hot(r, label, py, mode):
 
 def test_ratio(r, label, py, mode):
     db = r.out("ratio-%s-%s" % (label, mode))
+    truth_file = db + ".truth"
     p = r.rec(["-o", db, "-r", "500"] + mode_flags(mode)
-              + ["--", py, os.path.join(WORK, "ratio.py"), "3"])
+              + ["--", py, os.path.join(WORK, "ratio.py"), "3", truth_file])
     if not r.check("%s %s ratio: spawn exits 0" % (label, mode), p.returncode == 0, p.stderr):
         return
+    with open(truth_file) as f:
+        in_a, in_b = (float(x) for x in f.read().split())
+    truth = 100.0 * in_a / (in_a + in_b)
     a = b = 0
     for fr, c in r.folded(db):
         if has_func(fr, "work_a"):
@@ -160,9 +164,11 @@ def test_ratio(r, label, py, mode):
     # accuracy bench measures the bias; this checks the attribution).
     held = int(r.info(db)["meta"].get("held_over_samples", 0))
     n_eff = max(a + b - held, (a + b) // 4, 1)
-    tol = max(5.0, 4.5 * 100.0 * math.sqrt(0.75 * 0.25 / n_eff))
-    r.check("%s %s ratio: work_a share %.1f%% within %.1fpp of 75%%" % (label, mode, share, tol),
-            abs(share - 75.0) <= tol, "a=%d b=%d held over %d" % (a, b, held))
+    p_true = truth / 100.0
+    tol = max(5.0, 4.5 * 100.0 * math.sqrt(p_true * (1 - p_true) / n_eff))
+    r.check("%s %s ratio: work_a share %.1f%% within %.1fpp of its CPU time's %.1f%%"
+            % (label, mode, share, tol, truth),
+            abs(share - truth) <= tol, "a=%d b=%d held over %d" % (a, b, held))
 
 
 def test_threads(r, label, py, mode, extra=()):
