@@ -173,6 +173,7 @@ struct sampler {
         struct last_sample {
                 uint32_t ref, stack;
                 unsigned state; /* as held: see over_state() */
+                bool task;      /* an asyncio task's sample (--async) */
         } * last;
         size_t n_last, cap_last;
         int64_t hold_from, hold_until;
@@ -935,6 +936,24 @@ static int task_build_push(struct sampler *s, size_t *d, const struct pywalk_fra
 }
 
 /*
+ * --blocking: keep a sample of this tick for the slots due while the
+ * threads are held (sampler_hold_over()). 0 or -ENOMEM.
+ */
+static int keep_last(struct sampler *s, uint32_t ref, uint32_t stack, unsigned state, bool task)
+{
+        if (s->n_last == s->cap_last) {
+                size_t cap = s->cap_last ? 2 * s->cap_last : 8;
+                struct last_sample *p = realloc(s->last, cap * sizeof(*p));
+                if (!p)
+                        return -ENOMEM;
+                s->last = p;
+                s->cap_last = cap;
+        }
+        s->last[s->n_last++] = (struct last_sample){ref, stack, state, task};
+        return 0;
+}
+
+/*
  * One sample per live task of a sampled thread's loop: its stack is its own
  * frames (a running task's: its thread's, from its coroutine on) under its
  * name, under the stacks of the tasks that await it up to the root task.
@@ -984,6 +1003,9 @@ static int sample_tasks(struct sampler *s)
                         return rc;
                 tsink_sample(s->k, ref, s->tick_ns, stack, state);
                 s->st.task_samples++;
+                /* Held over like the threads' samples: every live task once a slot. */
+                if (s->blocking && (rc = keep_last(s, ref, stack, state, true)) < 0)
+                        return rc;
         }
         return 0;
 }
@@ -1237,18 +1259,7 @@ static int sample_thread(struct sampler *s, const struct pywalk_thread *th)
         if (s->async && (rc = tick_stack_keep(s, th, t->ref, state)) < 0)
                 return rc;
         s->st.samples++;
-        if (s->blocking) {
-                if (s->n_last == s->cap_last) {
-                        size_t cap = s->cap_last ? 2 * s->cap_last : 8;
-                        struct last_sample *p = realloc(s->last, cap * sizeof(*p));
-                        if (!p)
-                                return -ENOMEM;
-                        s->last = p;
-                        s->cap_last = cap;
-                }
-                s->last[s->n_last++] = (struct last_sample){t->ref, stack, over_state(s, t, state)};
-        }
-        return 0;
+        return s->blocking ? keep_last(s, t->ref, stack, over_state(s, t, state), false) : 0;
 }
 
 /*
@@ -1388,8 +1399,12 @@ void sampler_hold_over(struct sampler *s, int64_t t_ns)
                 t_ns = s->hold_from;
         for (size_t i = 0; i < s->n_last; i++) {
                 tsink_sample(s->k, s->last[i].ref, t_ns, s->last[i].stack, s->last[i].state);
-                s->st.samples++;
-                s->st.held_over++;
+                if (s->last[i].task) {
+                        s->st.task_samples++;
+                } else {
+                        s->st.samples++;
+                        s->st.held_over++;
+                }
         }
 }
 

@@ -12,7 +12,8 @@ the share of task-time in each chain is what the workload knows (8 of the
 tasks in the "database" chain, 2 in the "cache" one); the CPU-bound task's
 stacks are its thread's stacks from its coroutine on; the tasks of the second
 loop belong to its thread; short-lived tasks made at a high rate do not upset
-the rest. Where task layouts are unknown (2.7, 3.6), --async is refused with
+the rest; under --blocking, the slots held over count every task too.
+Where task layouts are unknown (2.7, 3.6), --async is refused with
 a message and the threads are still recorded. `pyflame-record --dump --async`
 prints the task tree.
 
@@ -273,6 +274,38 @@ def test_version(r, label, py):
                 dump.stderr + text[:600])
 
 
+def test_blocking(r, label, py):
+    """--blocking: the slots due while the threads are held take the held stacks, the
+    tasks' samples too, so every live task still counts once in every sample."""
+    major, minor = version_of(py)
+    if (major, minor) < (3, 8):
+        return
+    db = os.path.join(r.tmp, "async-blocking-%s.db" % label)
+    proc = start_workload(r, py, 8)
+    try:
+        # 1 kHz: holds of two threads often outlast a slot, so some are held over.
+        p = subprocess.run([r.record, "--async", "--blocking", "-r", "1000", "-q", "-f", "-d",
+                            "2", "-o", db, "-p", str(proc.pid)], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    if not r.check("%s --blocking: recorded" % label, p.returncode == 0, p.stderr):
+        return
+    con = sqlite3.connect(db)
+    main_ref, main_samples = con.execute("SELECT ref, samples FROM threads WHERE task_of IS NULL "
+                                         "AND name = 'MainThread'").fetchone()
+    held = int(con.execute("SELECT coalesce((SELECT value FROM meta WHERE key = "
+                           "'held_over_samples'), 0)").fetchone()[0])
+    per_task = dict(con.execute("SELECT name, samples FROM threads WHERE task_of = ?",
+                                (main_ref,)))
+    bad = [(n, per_task.get(n)) for n in USERS + CACHES
+           if abs(per_task.get(n, 0) - main_samples) > 2]
+    r.check("%s --blocking: each task counted once per sample, held-over slots included "
+            "(%d samples, %d held over)" % (label, main_samples, held),
+            not bad and main_samples > 500, str(bad))
+
+
 def folded_threads(r, db, extra=()):
     rows = []
     for line in r.rep(list(extra) + [db]).splitlines():
@@ -295,6 +328,7 @@ def main():
             r.skip("all", "no interpreter found")
         for label, py in pys:
             test_version(r, label, py)
+            test_blocking(r, label, py)
     finally:
         shutil.rmtree(r.tmp, ignore_errors=True)
     print("%d passed, %d failed, %d skipped" % (r.passed, r.failed, r.skipped))
