@@ -8,8 +8,10 @@ pkgs=(gcc pkg-config meson ninja-build python3 sqlite3 libsqlite3-dev libelf-dev
       # the live view (ncurses) and its end-to-end test (tmux drives it)
       libncurses-dev tmux
       # native stacks' end-to-end test: a C extension built against Debian's
-      # python3.11 too, and numpy's matrix product under it
-      python3.11-dev python3-numpy
+      # python3.11 too, and numpy's matrix product under it, in OpenBLAS
+      # (which numpy then uses instead of the reference BLAS): its worker
+      # threads, which run no Python, must appear too
+      python3.11-dev python3-numpy libopenblas0-pthread
       # -Dstatic=true (single-file tools): the static libraries libarchive and
       # libbpf need that their -dev packages do not pull in
       libzstd-dev liblz4-dev libacl1-dev libxml2-dev liblzma-dev libbz2-dev nettle-dev
