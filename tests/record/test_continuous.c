@@ -2,7 +2,8 @@
  * test_continuous.c - the parts of continuous recording that need no
  * interpreter: the names of a rotation's files (rotation_name), --on-rotate
  * run once per file in order, retention by size deleting the oldest files
- * only, retention by age counted on the files' cuts, and the /proc scan
+ * only, retention by age counted on the files' cuts, the files the live
+ * view lists (rotation_files), and the /proc scan
  * of --match (a process told once, a new process under the same
  * expression told again, a bad expression refused).
  */
@@ -134,6 +135,38 @@ static void test_keep_by_cut(void **state)
                         rotation_finished(rot, base + ends[i - 1]);
                 rotation_set_current(rot, f[i]);
         }
+        /*
+         * What the live view reads: every file made and still on disk, oldest
+         * first, the current one last; not those retention deleted (its
+         * thread may still be at work: wait for it), nor one deleted by hand.
+         */
+        char **listed = NULL;
+        size_t n_listed = 0;
+        for (int tries = 0; tries < 5000; tries++) {
+                for (size_t i = 0; i < n_listed; i++)
+                        free(listed[i]);
+                free(listed);
+                assert_int_equal(rotation_files(rot, &listed, &n_listed), 0);
+                if (n_listed == 4)
+                        break;
+                usleep(1000);
+        }
+        assert_int_equal(n_listed, 4);
+        for (int i = 0; i < 4; i++)
+                assert_string_equal(listed[i], f[i + 2]);
+        for (size_t i = 0; i < n_listed; i++)
+                free(listed[i]);
+        free(listed);
+        unlink(f[3]);
+        assert_int_equal(rotation_files(rot, &listed, &n_listed), 0);
+        assert_int_equal(n_listed, 3);
+        assert_string_equal(listed[0], f[2]);
+        assert_string_equal(listed[1], f[4]);
+        assert_string_equal(listed[2], f[5]);
+        for (size_t i = 0; i < n_listed; i++)
+                free(listed[i]);
+        free(listed);
+        write_bytes(f[3], 10);
         rotation_free(rot);
         /* Newest cut 5 s: f1 ended before 2 s, f2 at 2 s (3 s ago, not longer). */
         assert_int_equal(access(f[0], F_OK), -1);
