@@ -468,13 +468,13 @@ def test_numpy(r):
             blas += s["count"]
         if not py_frames and is_blas:
             threads_blas += s["count"]
-    r.check(label, "matrix product time in BLAS under the matmul line", blas >= total * 0.5,
-            "%d of the %d samples with Python frames" % (blas, total))
+    r.check(label, "matrix product time in BLAS under the matmul line (%d of the %d samples "
+            "with Python frames)" % (blas, total), blas >= total * 0.5)
     libs = subprocess.run(["sh", "-c", "ldconfig -p | grep -c openblas"], stdout=subprocess.PIPE,
                           universal_newlines=True).stdout.strip()
     if libs not in ("", "0"):
-        r.check(label, "BLAS worker threads appear", threads_blas > 0,
-                "%d samples in threads with no Python" % threads_blas)
+        r.check(label, "BLAS worker threads appear (%d samples in threads with no Python)"
+                % threads_blas, threads_blas > 0)
     else:
         r.skip(label + " workers", "the reference BLAS (libblas3) has no worker threads")
 
