@@ -70,6 +70,7 @@ int trace_writer_add_recording_meta(struct trace_writer *w, uint32_t id, const c
  */
 struct sqlite3;
 struct sqlite3 *trace_writer_db(struct trace_writer *w);
+int trace_writer_close_written(struct trace_writer *w);
 
 /*
  * The SQLite URI naming file `path` (any bytes; percent-encoded, so that
@@ -78,7 +79,6 @@ struct sqlite3 *trace_writer_db(struct trace_writer *w);
  * SQLITE_OPEN_URI. Malloc'd; NULL when out of memory.
  */
 char *trace_sqlite_uri(const char *path, const char *query);
-int trace_writer_close_written(struct trace_writer *w);
 
 /*
  * Join the files of one rotation, given in any order, into a new trace at
@@ -96,9 +96,9 @@ int trace_writer_close_written(struct trace_writer *w);
  *   reads it) is left empty.
  * Files of different sets, or not of a rotation, are refused with a
  * message saying to merge. names[i] (names NULL: paths[i]) is file i's
- * name in messages, where it is read from a copy. Returns as trace_join_segments() does; on
- * success *files (n_files entries, the caller frees each path and the
- * array) is set, else left NULL.
+ * name in messages, where it is read from a copy. Returns as
+ * trace_join_segments() does; on success *files (n_files entries, the
+ * caller frees each path, each name and the array) is set, else left NULL.
  */
 #define TRACE_GAPS_MAX 4096
 struct trace_set_file {

@@ -1613,13 +1613,6 @@ static int initial_meta(struct trace_writer *w)
         return 0;
 }
 
-/*
- * Open the file create_file() made, and only that. The recorder often runs
- * as root and may write where another user can change what a path names:
- * the file was created with O_EXCL (never through a symbolic link), SQLite
- * opens it and its journal without following one (SQLITE_OPEN_NOFOLLOW; the
- * journal always), and a file swapped in between is refused.
- */
 char *trace_sqlite_uri(const char *path, const char *query)
 {
         static const char hex[] = "0123456789ABCDEF";
@@ -1645,6 +1638,13 @@ char *trace_sqlite_uri(const char *path, const char *query)
         return uri;
 }
 
+/*
+ * Open the file create_file() made, and only that. The recorder often runs
+ * as root and may write where another user can change what a path names:
+ * the file was created with O_EXCL (never through a symbolic link), SQLite
+ * opens it and its journal without following one (SQLITE_OPEN_NOFOLLOW; the
+ * journal always), and a file swapped in between is refused.
+ */
 static int open_database(struct trace_writer *w, const char *path)
 {
         /*

@@ -1729,7 +1729,6 @@ static void *live_main(void *arg)
         return NULL;
 }
 
-/* The CPU time the view's thread used so far (not the recording's cost), or 0. */
 /* The view reads every file of the recording still on disk, as one. */
 static int live_files(void *ctx, char ***paths, size_t *n)
 {
@@ -1737,6 +1736,7 @@ static int live_files(void *ctx, char ***paths, size_t *n)
         return rotation_files(l->rot, paths, n);
 }
 
+/* The CPU time the view's thread used so far (not the recording's cost), or 0. */
 static int64_t live_cpu_ns(const struct live *l)
 {
         clockid_t clock;

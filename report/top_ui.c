@@ -150,32 +150,38 @@ static int resolve_selection(struct top_state *s)
         return 0;
 }
 
-static bool following(const struct top_state *s);
+static bool following(const struct top_state *s)
+{
+        return s->o->follow || s->o->live;
+}
 
 /* (Re)open the trace. Returns 0, or -1 with s->problem set (the old reader kept). */
-static int open_files(struct top_state *s, bool retried)
+static int open_trace(struct top_state *s)
 {
-        /*
-         * A directory or a glob is expanded at each opening: following the
-         * files of a rotating recording, the view goes on into each new one.
-         */
-        struct report_inputs in = {NULL, 0};
-        if (s->o->list_files) {
-                if (s->o->list_files(s->o->ctx, &in.paths, &in.n) < 0) {
-                        snprintf(s->problem, sizeof(s->problem), "out of memory");
+        struct trace_reader *r = NULL;
+        int rc;
+        /* Following, retention may delete a file listed a moment ago: list them again, once. */
+        for (int tries = following(s) ? 2 : 1; tries > 0; tries--) {
+                /*
+                 * A directory or a glob is expanded at each opening: following the
+                 * files of a rotating recording, the view goes on into each new one.
+                 */
+                trace_reader_close(r); /* the failed attempt's, for its message */
+                r = NULL;
+                struct report_inputs in = {NULL, 0};
+                if (s->o->list_files) {
+                        if (s->o->list_files(s->o->ctx, &in.paths, &in.n) < 0) {
+                                snprintf(s->problem, sizeof(s->problem), "out of memory");
+                                return -1;
+                        }
+                } else if (report_inputs_expand((char *const *)&s->o->path, 1, &in, s->problem,
+                                                sizeof(s->problem)) < 0) {
                         return -1;
                 }
-        } else if (report_inputs_expand((char *const *)&s->o->path, 1, &in, s->problem,
-                                        sizeof(s->problem)) < 0) {
-                return -1;
-        }
-        struct trace_reader *r = NULL;
-        int rc = trace_reader_open_set((const char *const *)in.paths, in.n, &r);
-        report_inputs_free(&in);
-        if (rc < 0 && !retried && following(s)) {
-                /* Retention may have deleted a file listed a moment ago: list them again. */
-                trace_reader_close(r);
-                return open_files(s, true);
+                rc = trace_reader_open_set((const char *const *)in.paths, in.n, &r);
+                report_inputs_free(&in);
+                if (rc == 0)
+                        break;
         }
         if (rc < 0) {
                 /* libtrace's message may name the path already. */
@@ -210,16 +216,6 @@ static int open_files(struct top_state *s, bool retried)
                 return -1;
         }
         return 0;
-}
-
-static int open_trace(struct top_state *s)
-{
-        return open_files(s, false);
-}
-
-static bool following(const struct top_state *s)
-{
-        return s->o->follow || s->o->live;
 }
 
 /* Build the model for the current cursor, window and filters into *v; a status. */
