@@ -250,6 +250,16 @@ def folded_total(text):
     return sum(int(line.rsplit(" ", 1)[1]) for line in text.decode().splitlines() if line)
 
 
+def folded_functions(text):
+    """The function names of a folded report's frames ("name (file:line)")."""
+    names = set()
+    for line in text.decode().splitlines():
+        for frame in line.rsplit(" ", 1)[0].split(";"):
+            if frame.endswith(")") and " (" in frame:
+                names.add(frame.rsplit(" (", 1)[0])
+    return names
+
+
 def record_set(r, label, py, ingest):
     """A rotated recording of the phased workload: (dir, [(file, meta)], switch)."""
     d = r.mkdtemp()
@@ -516,6 +526,7 @@ def check_pyroscope(r, label, files, requests):
                    "%d requests, %d files" % (len(requests), len(files))):
         return
     bad = []
+    seen = set()
     for (f, m), (method, path, body) in zip(files, requests):
         u = urlsplit(path)
         q = parse_qs(u.query)
@@ -539,11 +550,18 @@ def check_pyroscope(r, label, files, requests):
         rc, out, err = r.run([f])
         total = folded_total(out) if rc == 0 else -1
         counted = sum(v[0] for v in prof["values"])
+        # Every function the file's folded stacks name is in the profile (a
+        # short last file may hold a sample or two outside both phases).
+        funcs = folded_functions(out) if rc == 0 else set()
+        seen |= set(prof["strings"])
         if (prof["strings"][:1] != [""] or prof["sample_types"][:1] != [("samples", "count")]
-                or counted != total or not ({"phase_a", "phase_b"} & set(prof["strings"]))):
-            bad.append((os.path.basename(f), prof["sample_types"], counted, total))
+                or counted != total or not funcs or funcs - set(prof["strings"])):
+            bad.append((os.path.basename(f), prof["sample_types"], counted, total,
+                        sorted(funcs - set(prof["strings"]))))
     r.check("%s: POST /ingest with name, from/until of the file's span, format=pprof, "
-            "a pprof of the file's samples, in order" % name, not bad, str(bad))
+            "a pprof of the file's samples and functions, in order" % name, not bad, str(bad))
+    r.check("%s: both phases pushed" % name, {"phase_a", "phase_b"} <= seen,
+            str(sorted(seen & {"phase_a", "phase_b"})))
 
 
 def main():
