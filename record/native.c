@@ -53,18 +53,19 @@
 extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
 #endif
 
-#define STACK_START   (16u << 10) /* bytes of stack copied from SP at first; grows on need */
-#define STACK_MAX     (1u << 20)  /* bound of the copy, however deep the stack */
-#define STACK_PAGE    4096u
-#define TOP_SLACK     256u       /* bytes copied above the top a thread's last unwind read */
-#define TOPS_MAX      4096u      /* threads whose stack top is remembered */
-#define RULE_MAX      (1u << 16) /* PCs whose CFI rule is cached before the cache starts over */
-#define LINE_BYTES    64u
-#define LINE_SLOTS    64u
-#define SYM_MAX       (1u << 20)  /* distinct addresses named before the cache starts over */
-#define REFRESH_NS    100000000LL /* at most ten readings of the maps a second */
-#define SYM_NO_MODULE 0x100u      /* native_sym.flags, ours: the address was in no module */
-#define N_DWARF_REGS  17          /* x86-64: rax rdx rcx rbx rsi rdi rbp rsp r8-r15, then rip */
+#define STACK_START    (16u << 10) /* bytes of stack copied from SP at first; grows on need */
+#define STACK_MAX      (1u << 20)  /* bound of the copy, however deep the stack */
+#define STACK_PAGE     4096u
+#define TOP_SLACK      256u       /* bytes copied above the top a thread's last unwind read */
+#define TOPS_MAX       4096u      /* threads whose stack top is remembered */
+#define RULE_MAX       (1u << 16) /* PCs whose CFI rule is cached before the cache starts over */
+#define LINE_BYTES     64u
+#define LINE_SLOTS     64u
+#define SYM_MAX        (1u << 20)  /* distinct addresses named before the cache starts over */
+#define REFRESH_NS     100000000LL /* at most ten readings of the maps a second... */
+#define REFRESH_NEW_NS 5000000LL   /* ...or 200 for addresses mapped since the last one */
+#define SYM_NO_MODULE  0x100u      /* native_sym.flags, ours: the address was in no module */
+#define N_DWARF_REGS   17          /* x86-64: rax rdx rcx rbx rsi rdi rbp rsp r8-r15, then rip */
 
 /* Interpreter functions that only pass a call on: hidden from merged stacks by default. */
 static const char *const plumbing_prefixes[] = {
@@ -239,8 +240,12 @@ struct native {
         uint64_t cur_top;          /* highest address + 8 read in the copy by this unwind */
         bool cur_outside;          /* this unwind read outside the copy */
         struct line lines[LINE_SLOTS];
-        bool unknown_pc; /* an address in no module: the maps may have changed */
+        bool unknown_pc;      /* an address in no module: the maps may have changed */
+        uint64_t unknown_new; /* the first such address in no mapping of the last reading, or 0 */
         long long refreshed_ns;
+        /* every mapping of the last reading of the maps, [lo, hi) pairs in address order */
+        uint64_t *mapped;
+        size_t n_mapped, cap_mapped;
 
         /* address -> symbol entry, open addressing; entries never move */
         uint64_t *keys;
@@ -289,9 +294,48 @@ static void report_flush(struct report_ctx *c)
         c->path[0] = 0;
 }
 
+/* Note [lo, hi) as mapped at this reading (merged with the one before when adjacent). */
+static int note_mapped(struct native *n, uint64_t lo, uint64_t hi)
+{
+        if (n->n_mapped && n->mapped[2 * n->n_mapped - 1] == lo) {
+                n->mapped[2 * n->n_mapped - 1] = hi;
+                return 0;
+        }
+        if (n->n_mapped == n->cap_mapped) {
+                size_t cap = n->cap_mapped ? 2 * n->cap_mapped : 256;
+                uint64_t *p = realloc(n->mapped, 2 * cap * sizeof(*p));
+                if (!p)
+                        return -ENOMEM;
+                n->mapped = p;
+                n->cap_mapped = cap;
+        }
+        n->mapped[2 * n->n_mapped] = lo;
+        n->mapped[2 * n->n_mapped + 1] = hi;
+        n->n_mapped++;
+        return 0;
+}
+
+/* Whether addr was in a mapping at the last reading of the maps. */
+static bool was_mapped(const struct native *n, uint64_t addr)
+{
+        size_t lo = 0, hi = n->n_mapped;
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (addr < n->mapped[2 * mid])
+                        hi = mid;
+                else if (addr >= n->mapped[2 * mid + 1])
+                        lo = mid + 1;
+                else
+                        return true;
+        }
+        return false;
+}
+
 static int report_mapping(void *ctx, const struct procfs_mapping *m)
 {
         struct report_ctx *c = ctx;
+        if (note_mapped(c->n, m->start, m->end) < 0)
+                c->rc = -ENOMEM;
         if (strcmp(m->path, "[vdso]") == 0) {
                 report_flush(c);
                 char name[64];
@@ -323,6 +367,7 @@ static int report_mapping(void *ctx, const struct procfs_mapping *m)
 static int report_modules(struct native *n)
 {
         struct report_ctx c = {.n = n};
+        n->n_mapped = 0;
         dwfl_report_begin(n->dwfl);
         int rc = procfs_maps_foreach(n->pid, report_mapping, &c);
         report_flush(&c);
@@ -491,6 +536,7 @@ void native_close(struct native *n)
         free(n->caps);
         free(n->stack);
         free(n->riov);
+        free(n->mapped);
         free(n);
 }
 
@@ -1228,8 +1274,11 @@ static int on_frame(Dwfl_Frame *state, void *arg)
         const struct native_sym *e = symbolize(n, activation ? pc : pc - 1);
         if (!e)
                 return DWARF_CB_ABORT;
-        if (e->flags & SYM_NO_MODULE)
+        if (e->flags & SYM_NO_MODULE) {
                 n->unknown_pc = true;
+                if (!n->unknown_new && !was_mapped(n, pc))
+                        n->unknown_new = pc;
+        }
         n->out[n->out_n++] = e;
         return n->out_n < n->out_cap ? DWARF_CB_OK : DWARF_CB_ABORT;
 }
@@ -1245,6 +1294,7 @@ int native_unwind(struct native *n, pid_t tid, const struct native_sym **out, si
         int rc = 0;
         for (int pass = 0; pass < 2; pass++) {
                 n->unknown_pc = false;
+                n->unknown_new = 0;
                 n->cur = c;
                 n->out = out;
                 n->out_cap = cap < NATIVE_MAX_DEPTH ? cap : NATIVE_MAX_DEPTH;
@@ -1257,6 +1307,7 @@ int native_unwind(struct native *n, pid_t tid, const struct native_sym **out, si
                         /* libdw does it all again, from the same capture. */
                         n->st.cfi_fallbacks++;
                         n->unknown_pc = false;
+                        n->unknown_new = 0;
                         n->out_n = 0;
                         n->cur_top = 0;
                         n->cur_outside = false;
@@ -1266,12 +1317,15 @@ int native_unwind(struct native *n, pid_t tid, const struct native_sym **out, si
                         note_top(n, c);
                 n->cur = NULL;
                 /*
-                 * An address in no module: a library was loaded since the
-                 * maps were read. Read them again (not too often: code in
-                 * anonymous memory, a JIT's, is never in one) and unwind
-                 * again from the same capture.
+                 * An address in no module: a library may have been loaded
+                 * since the maps were read. Read them again and unwind again
+                 * from the same capture: at once when the address was in no
+                 * mapping at the last reading (else the samples of a library
+                 * just loaded would be dropped), not too often when it was
+                 * (code in anonymous memory, a JIT's, is never in a module).
                  */
-                if (!n->unknown_pc || mono_ns() - n->refreshed_ns < REFRESH_NS)
+                long long since = mono_ns() - n->refreshed_ns;
+                if (!n->unknown_pc || since < (n->unknown_new ? REFRESH_NEW_NS : REFRESH_NS))
                         break;
                 n->st.refreshes++;
                 if (report_modules(n) < 0)

@@ -40,8 +40,10 @@ import time
 
 # Share of a run's samples that may be dropped as unmatched: a thread caught
 # between the native call into the eval loop and its frame being linked (or
-# the reverse) cannot be merged and is counted, never shown wrong.
-UNMATCHED_TOLERANCE = 0.02
+# the reverse) cannot be merged and is counted, never shown wrong. (Samples
+# in an extension imported since the maps were last read were 1-2% of this
+# test's, unmatched until the next reading, up to 100 ms later.)
+UNMATCHED_TOLERANCE = 0.005
 SECONDS = 4
 
 EXT_C = r'''
@@ -412,7 +414,7 @@ def test_interpreter(r, label, py):
     r.check(label, "--no-native leaves Python frames only", kinds <= {"python"}, str(kinds))
     errors, samples = errors_of(db)
     unmatched = errors.get(4, 0)
-    r.check(label, "unmatched stacks within %.0f%%" % (100 * UNMATCHED_TOLERANCE),
+    r.check(label, "unmatched stacks within %.1f%%" % (100 * UNMATCHED_TOLERANCE),
             samples > 0 and unmatched <= UNMATCHED_TOLERANCE * (samples + unmatched),
             "%d unmatched, %d samples" % (unmatched, samples))
     print("     %s: %d samples, %d unmatched, %d read errors" % (
