@@ -1587,9 +1587,10 @@ static int start_rotation(struct recording *r, char *first, size_t len)
         struct options *o = r->o;
         char err[512];
         struct rotation_opts ro = {o->output, o->on_rotate, o->keep_ns, o->keep_bytes, o->quiet};
-        if (rotation_new(&ro, &r->rot, err, sizeof(err)) < 0) {
+        int rc = rotation_new(&ro, &r->rot, err, sizeof(err));
+        if (rc < 0) {
                 fprintf(stderr, "%s: %s\n", prog, err);
-                return EXIT_INTERNAL;
+                return rc == -2 ? EXIT_OUTPUT : EXIT_INTERNAL;
         }
         if (!continuous(o)) {
                 snprintf(first, len, "%s", o->output);

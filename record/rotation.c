@@ -10,9 +10,16 @@
  * Snapshots are queued on the same thread, so the files they join are
  * never deleted under them. Nothing here runs on the sampling thread or
  * under the sink's lock but the queueing.
+ *
+ * With retention on, the files an earlier recording with the same -o left
+ * (named like ours, SQLite files, not being written: a recorder with
+ * retention holds a lock on DIR/.STEM.EXT.lock while it runs) count toward
+ * --keep and --keep-size too, and go first: a recorder restarted for months
+ * stays within its bounds.
  */
 #include "rotation.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -22,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -32,7 +40,7 @@
 
 extern char **environ;
 
-enum job_kind { JOB_FINISHED, JOB_SNAPSHOT };
+enum job_kind { JOB_FINISHED, JOB_SNAPSHOT, JOB_RETAIN };
 
 struct job {
         enum job_kind kind;
@@ -46,6 +54,14 @@ struct job {
 struct member {
         char *path;
         int64_t end_mono_ns; /* the cut that ended it, on the monotonic clock */
+};
+
+/* A file an earlier recording left, oldest first. */
+struct earlier {
+        char *path;
+        int64_t mtime_ns; /* its last write, on the wall clock: its end */
+        char stamp[17];   /* the start its name gives, YYYYmmddTHHMMSSZ */
+        long seq;         /* the -N of its name (1 for none), after the stamp */
 };
 
 struct rotation {
@@ -67,6 +83,10 @@ struct rotation {
         /* The worker's alone. */
         struct member *set;
         size_t n_set, cap_set;
+        struct earlier *earlier;
+        size_t n_earlier;
+
+        int lock_fd; /* DIR/.STEM.EXT.lock, held while retention is on; else -1 */
 };
 
 static const char *prog = "pyflame-record";
@@ -245,6 +265,23 @@ static void drop_oldest(struct rotation *rot, const char *why)
         rot->n_set--;
 }
 
+/* Delete the i-th file an earlier recording left, and its journal. */
+static void drop_earlier(struct rotation *rot, size_t i, const char *why)
+{
+        struct earlier *e = &rot->earlier[i];
+        char journal[PATH_MAX + 16];
+        snprintf(journal, sizeof(journal), "%s-journal", e->path);
+        if (unlink(e->path) < 0 && errno != ENOENT)
+                fprintf(stderr, "%s: cannot remove %s (%s): %s\n", prog, e->path, why,
+                        strerror(errno));
+        else if (unlink(journal) < 0 && errno != ENOENT)
+                fprintf(stderr, "%s: cannot remove %s (%s): %s\n", prog, journal, why,
+                        strerror(errno));
+        free(e->path);
+        memmove(e, e + 1, (rot->n_earlier - i - 1) * sizeof(*e));
+        rot->n_earlier--;
+}
+
 /*
  * Delete the oldest finished files past --keep or over --keep-size. Age
  * is counted from the newest cut, on the clock the files' spans are on:
@@ -254,6 +291,15 @@ static void drop_oldest(struct rotation *rot, const char *why)
  */
 static void retain(struct rotation *rot)
 {
+        /* An earlier recording's files: each by its last write, on the wall clock. */
+        if (rot->o.keep_ns) {
+                int64_t now = pf_now_wall_ns();
+                for (size_t i = 0; i < rot->n_earlier;)
+                        if (rot->earlier[i].mtime_ns < now - rot->o.keep_ns)
+                                drop_earlier(rot, i, "--keep, from an earlier recording");
+                        else
+                                i++;
+        }
         if (rot->o.keep_ns && rot->n_set) {
                 int64_t newest = rot->set[rot->n_set - 1].end_mono_ns;
                 while (rot->n_set > 1 && rot->set[0].end_mono_ns < newest - rot->o.keep_ns)
@@ -265,6 +311,12 @@ static void retain(struct rotation *rot)
                 pthread_mutex_unlock(&rot->lock);
                 for (size_t i = 0; i < rot->n_set; i++)
                         total += file_size(rot->set[i].path);
+                for (size_t i = 0; i < rot->n_earlier; i++)
+                        total += file_size(rot->earlier[i].path);
+                while (rot->n_earlier && (uint64_t)total > rot->o.keep_bytes) {
+                        total -= file_size(rot->earlier[0].path);
+                        drop_earlier(rot, 0, "--keep-size, from an earlier recording");
+                }
                 while (rot->n_set && (uint64_t)total > rot->o.keep_bytes) {
                         total -= file_size(rot->set[0].path);
                         drop_oldest(rot, "--keep-size");
@@ -362,6 +414,8 @@ static void *run(void *arg)
                 pthread_mutex_unlock(&rot->lock);
                 if (j.kind == JOB_FINISHED)
                         finished(rot, &j);
+                else if (j.kind == JOB_RETAIN)
+                        retain(rot);
                 else
                         snapshot(rot, &j);
                 free(j.path);
@@ -385,6 +439,150 @@ static int split_output(struct rotation *rot, const char *output)
         return rot->dir && rot->stem && rot->ext && *rot->stem ? 0 : -1;
 }
 
+/*
+ * Whether `name` is STEM-YYYYmmddTHHMMSSZ[-N]EXT, one of the names
+ * rotation_name() gives (not a snapshot's); its N (1 for none) in *seq.
+ */
+static bool set_name(const struct rotation *rot, const char *name, long *seq)
+{
+        size_t ls = strlen(rot->stem), le = strlen(rot->ext), n = strlen(name);
+        if (n < ls + 17 + le || strncmp(name, rot->stem, ls) || name[ls] != '-' ||
+            strcmp(name + n - le, rot->ext))
+                return false;
+        const char *p = name + ls + 1, *end = name + n - le;
+        for (int i = 0; i < 16; i++) {
+                bool ok = i == 8    ? p[i] == 'T'
+                          : i == 15 ? p[i] == 'Z'
+                                    : (p[i] >= '0' && p[i] <= '9');
+                if (!ok)
+                        return false;
+        }
+        p += 16;
+        *seq = 1;
+        if (p == end)
+                return true;
+        if (*p != '-' || end - p < 2 || end - p > 4)
+                return false;
+        long v = 0;
+        for (const char *q = p + 1; q < end; q++) {
+                if (*q < '0' || *q > '9')
+                        return false;
+                v = v * 10 + (*q - '0');
+        }
+        *seq = v;
+        return v >= 2;
+}
+
+/* A regular file (not a link) that starts as SQLite databases do; its mtime in *mtime_ns. */
+static bool sqlite_file(const char *path, int64_t *mtime_ns)
+{
+        int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+        if (fd < 0)
+                return false;
+        struct stat st;
+        char magic[16];
+        bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+                  pread(fd, magic, sizeof(magic), 0) == (ssize_t)sizeof(magic) &&
+                  memcmp(magic, "SQLite format 3", sizeof(magic)) == 0;
+        close(fd);
+        if (ok)
+                *mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+        return ok;
+}
+
+static int earlier_order(const void *a, const void *b)
+{
+        const struct earlier *x = a, *y = b;
+        int c = strcmp(x->stamp, y->stamp);
+        return c ? c : (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+/*
+ * Hold DIR/.STEM.EXT.lock: one recorder with retention per -o, so that no
+ * recorder deletes the files another is writing. 0, or -1 with a message.
+ */
+static int take_lock(struct rotation *rot, char *err, size_t errlen)
+{
+        char path[PATH_MAX];
+        if (snprintf(path, sizeof(path), "%s.%s%s.lock", rot->dir, rot->stem, rot->ext) >=
+            (int)sizeof(path)) {
+                snprintf(err, errlen, "cannot name files after '%s': the name is too long",
+                         rot->o.output);
+                return -1;
+        }
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd < 0) {
+                snprintf(err, errlen, "cannot create %s: %s", path, strerror(errno));
+                return -1;
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+                char pid[32] = "";
+                ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
+                pid[n > 0 ? n : 0] = 0;
+                pid[strcspn(pid, "\n")] = 0;
+                snprintf(err, errlen,
+                         "another pyflame-record%s%s%s writes the files named after %s and "
+                         "deletes the oldest: give this one another -o",
+                         *pid ? " (pid " : "", pid, *pid ? ")" : "", rot->o.output);
+                close(fd);
+                return -1;
+        }
+        char pid[32];
+        int len = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+        if (ftruncate(fd, 0) == 0 && pwrite(fd, pid, (size_t)len, 0) < 0) {
+                /* the pid is only for the message of a second recorder */
+        }
+        rot->lock_fd = fd;
+        return 0;
+}
+
+/* The files of an earlier recording with this -o, oldest first (rot->earlier). */
+static void find_earlier(struct rotation *rot)
+{
+        DIR *d = opendir(*rot->dir ? rot->dir : ".");
+        if (!d)
+                return;
+        struct dirent *e;
+        size_t cap = 0;
+        while ((e = readdir(d)) != NULL) {
+                long seq;
+                int64_t mtime;
+                if (!set_name(rot, e->d_name, &seq))
+                        continue;
+                char *path = malloc(strlen(rot->dir) + strlen(e->d_name) + 1);
+                if (!path)
+                        break;
+                sprintf(path, "%s%s", rot->dir, e->d_name);
+                if (!sqlite_file(path, &mtime)) {
+                        free(path);
+                        continue;
+                }
+                if (rot->n_earlier == cap) {
+                        size_t c = cap ? 2 * cap : 16;
+                        struct earlier *p = realloc(rot->earlier, c * sizeof(*p));
+                        if (!p) {
+                                free(path);
+                                break;
+                        }
+                        rot->earlier = p;
+                        cap = c;
+                }
+                struct earlier *f = &rot->earlier[rot->n_earlier++];
+                *f = (struct earlier){path, mtime, "", seq};
+                memcpy(f->stamp, e->d_name + strlen(rot->stem) + 1, 16);
+        }
+        closedir(d);
+        if (!rot->n_earlier)
+                return;
+        qsort(rot->earlier, rot->n_earlier, sizeof(*rot->earlier), earlier_order);
+        if (!rot->o.quiet)
+                fprintf(stderr,
+                        "%s: %zu file%s an earlier recording left (%s to %s) count%s "
+                        "toward --keep/--keep-size\n",
+                        prog, rot->n_earlier, rot->n_earlier == 1 ? "" : "s", rot->earlier[0].path,
+                        rot->earlier[rot->n_earlier - 1].path, rot->n_earlier == 1 ? "s" : "");
+}
+
 int rotation_new(const struct rotation_opts *opts, struct rotation **out, char *err, size_t errlen)
 {
         struct rotation *rot = calloc(1, sizeof(*rot));
@@ -392,10 +590,19 @@ int rotation_new(const struct rotation_opts *opts, struct rotation **out, char *
                 snprintf(err, errlen, "out of memory");
                 return -1;
         }
+        int ret = -1;
         rot->o = *opts;
+        rot->lock_fd = -1;
         if (split_output(rot, opts->output) < 0) {
                 snprintf(err, errlen, "cannot name files after '%s'", opts->output);
                 goto fail;
+        }
+        if (opts->keep_ns || opts->keep_bytes) {
+                if (take_lock(rot, err, errlen) < 0) {
+                        ret = -2;
+                        goto fail;
+                }
+                find_earlier(rot);
         }
         if (opts->on_rotate) {
                 size_t n = strlen(opts->on_rotate) + 8;
@@ -420,15 +627,24 @@ int rotation_new(const struct rotation_opts *opts, struct rotation **out, char *
                 pthread_cond_destroy(&rot->wake);
                 goto fail;
         }
+        if (rot->n_earlier) {
+                struct job j = {JOB_RETAIN, NULL, 0, 0, -1};
+                push_job(rot, &j);
+        }
         *out = rot;
         return 0;
 fail:
+        for (size_t i = 0; i < rot->n_earlier; i++)
+                free(rot->earlier[i].path);
+        free(rot->earlier);
+        if (rot->lock_fd >= 0)
+                close(rot->lock_fd);
         free(rot->dir);
         free(rot->stem);
         free(rot->ext);
         free(rot->on_rotate_sh);
         free(rot);
-        return -1;
+        return ret;
 }
 
 void rotation_free(struct rotation *rot)
@@ -445,6 +661,11 @@ void rotation_free(struct rotation *rot)
         for (size_t i = 0; i < rot->n_set; i++)
                 free(rot->set[i].path);
         free(rot->set);
+        for (size_t i = 0; i < rot->n_earlier; i++)
+                free(rot->earlier[i].path);
+        free(rot->earlier);
+        if (rot->lock_fd >= 0)
+                close(rot->lock_fd); /* the file stays: removing it would race a new recorder */
         free(rot->jobs);
         for (size_t i = 0; i < rot->n_made; i++)
                 free(rot->made[i]);

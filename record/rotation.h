@@ -9,8 +9,9 @@
  * start in UTC; a second file started within the same second gets -2, -3
  * before the extension. Snapshots are DIR/STEM-snapshot-YYYYmmddTHHMMSSZ.EXT.
  * The set that retention deletes from is the files this recorder finished
- * itself, oldest first: never the file being written, a snapshot, or any
- * other file, whatever its name.
+ * itself, oldest first, after the files an earlier recorder with the same
+ * -o left (named as above, SQLite files; with their -journal): never the
+ * file being written, a snapshot, or any other file.
  */
 #ifndef PYFLAME_ROTATION_H
 #define PYFLAME_ROTATION_H
@@ -32,7 +33,11 @@ struct rotation_opts {
 
 /*
  * A rotation for files named after opts->output (copied). Starts its
- * thread. Returns 0, or -1 with a message in err.
+ * thread. With retention on (keep_ns or keep_bytes), holds the lock file
+ * DIR/.STEM.EXT.lock while it runs and counts the files an earlier
+ * recording with the same names left toward the limits, oldest first.
+ * Returns 0; -2 when another recorder with retention holds the lock; -1
+ * for any other failure; with a message in err.
  */
 int rotation_new(const struct rotation_opts *opts, struct rotation **out, char *err, size_t errlen);
 

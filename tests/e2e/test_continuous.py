@@ -18,7 +18,10 @@ recorded and the files checked as files, never by how fast anything ran:
 - --on-rotate ran once per file, for every file, in the files' order;
 - retention (--keep, --keep-size) deleted only the oldest files of the set:
   what is left is the newest files, consecutive, and two decoys (one named
-  exactly like a file of the set) are still there;
+  exactly like a file of the set) are still there; the next recording with
+  the same -o deletes what the first left once it is older than --keep
+  (the decoys still there), and a recorder with retention on names another
+  one is using is refused;
 - the flight recorder (--ring): SIGUSR1 and pyflame-record --snapshot print
   the name of ONE trace that reads as one recording of at least the ring's
   span, while the older files are gone; after SIGKILL, every file left
@@ -367,6 +370,41 @@ def test_retention(r, label, py):
             "ran %s, left %s" % (ran, left))
     r.check("%s: every file passed on before deletion, once" % name,
             len(ran) == len(set(ran)), str(ran))
+    # A second recording with the same -o: the first one's files, all older
+    # than --keep by then, are deleted as it starts; the decoys stay; and a
+    # third recorder with retention on the same names is refused.
+    time.sleep(2.5)
+    t = r.target(py)
+    try:
+        p = r.start(["-p", str(t.pid), "-o", os.path.join(d, "run.db"), "--rotate", "1s",
+                     "--keep", "2s"], d)
+        # Until it holds the lock (it says so right after taking it).
+        deadline = time.time() + 20
+        while time.time() < deadline and p.poll() is None:
+            with open(os.path.join(d, "rec.err")) as f:
+                if "an earlier recording left" in f.read():
+                    break
+            time.sleep(0.05)
+        third = subprocess.run([r.record, "-p", str(t.pid), "-o", os.path.join(d, "run.db"),
+                                "--keep", "2s"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+        deadline = time.time() + 20
+        while any(os.path.exists(f) for f in left) and time.time() < deadline:
+            time.sleep(0.1)
+        gone = [f for f in left if not os.path.exists(f)]
+        rc, out, err2 = r.stop(p, d)
+    finally:
+        t.kill()
+        t.wait()
+    r.check("%s: an earlier recording's files count toward --keep" % name,
+            rc == 0 and left and gone == left and "an earlier recording left" in err2,
+            "left %s, gone %s: %s" % (left, gone, err2))
+    r.check("%s: decoys untouched by the next recording" % name,
+            all(os.path.exists(f) and open(f).read() == "not ours" for f in decoys),
+            str(os.listdir(d)))
+    r.check("%s: a second recorder with retention on the same names refused" % name,
+            third.returncode == 7 and "another pyflame-record (pid %d)" % p.pid in third.stderr
+            and "another -o" in third.stderr, "%d: %s" % (third.returncode, third.stderr))
     # --keep-size: what is left after the last file fits, unless only one is left.
     d2 = r.mkdtemp()
     decoy = os.path.join(d2, "run-20000101T000000Z.db")

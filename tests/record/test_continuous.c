@@ -3,20 +3,27 @@
  * interpreter: the names of a rotation's files (rotation_name), --on-rotate
  * run once per file in order, retention by size deleting the oldest files
  * only, retention by age counted on the files' cuts, the files the live
- * view lists (rotation_files), and the /proc scan
+ * view lists (rotation_files), the files an earlier recording left counted
+ * toward retention (only those named and made as ours, oldest first) and
+ * the lock that keeps a second recorder with retention off the same names,
+ * and the /proc scan
  * of --match (a process told once, a new process under the same
  * expression told again, a bad expression refused).
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -177,6 +184,110 @@ static void test_keep_by_cut(void **state)
         assert_int_equal(access(f[5], F_OK), 0);
 }
 
+/* A file that starts as SQLite's do, `n` bytes, last written `age_s` seconds ago. */
+static void write_sqlite(const char *path, size_t n, long age_s)
+{
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fwrite("SQLite format 3", 1, 16, f);
+        for (size_t i = 16; i < n; i++)
+                fputc(0, f);
+        fclose(f);
+        struct timespec ts[2];
+        clock_gettime(CLOCK_REALTIME, &ts[0]);
+        ts[0].tv_sec -= age_s;
+        ts[1] = ts[0];
+        assert_int_equal(utimensat(AT_FDCWD, path, ts, AT_SYMLINK_NOFOLLOW), 0);
+}
+
+static bool exists(const char *d, const char *name)
+{
+        char p[700];
+        snprintf(p, sizeof(p), "%s/%s", d, name);
+        return access(p, F_OK) == 0 || (errno = 0, false);
+}
+
+static void test_earlier_recording(void **state)
+{
+        (void)state;
+        char d[600], out[700], p[700], err[512];
+        snprintf(d, sizeof(d), "%s/earlier", dir);
+        assert_int_equal(mkdir(d, 0755), 0);
+        snprintf(out, sizeof(out), "%s/svc.db", d);
+        /*
+         * An earlier recording's files: ten hours old (with a journal), two,
+         * half an hour (each judged by its own age, whatever the names' order).
+         */
+        static const char *const old[] = {"svc-20261201T000000Z.db", "svc-20261201T000000Z-10.db",
+                                          "svc-20261201T000000Z-2.db"};
+        const long ages[] = {36000, 7200, 1800};
+        for (int i = 0; i < 3; i++) {
+                snprintf(p, sizeof(p), "%s/%s", d, old[i]);
+                write_sqlite(p, 1000, ages[i]);
+        }
+        snprintf(p, sizeof(p), "%s/svc-20261201T000000Z.db-journal", d);
+        write_bytes(p, 10);
+        /* Not of the set, however old: other names, a snapshot, not SQLite, a link. */
+        static const char *const decoys[] = {
+            "svc-snapshot-20261201T000000Z.db", "svc-2026120T000000Z.db",
+            "svc-20261201T000000Z.db.bak",      "svc-20261201T000000Z-1.db",
+            "svcx-20261201T000000Z.db",         "other-20261201T000000Z.db"};
+        for (size_t i = 0; i < sizeof(decoys) / sizeof(decoys[0]); i++) {
+                snprintf(p, sizeof(p), "%s/%s", d, decoys[i]);
+                write_sqlite(p, 1000, 36000);
+        }
+        snprintf(p, sizeof(p), "%s/svc-20261201T000001Z.db", d);
+        write_bytes(p, 1000);
+        struct timespec ts[2] = {{0, 0}, {0, 0}};
+        assert_int_equal(utimensat(AT_FDCWD, p, ts, 0), 0);
+        char target[700];
+        snprintf(target, sizeof(target), "%s/elsewhere.sqlite", d);
+        write_sqlite(target, 1000, 36000);
+        snprintf(p, sizeof(p), "%s/svc-20261201T000002Z.db", d);
+        assert_int_equal(symlink(target, p), 0);
+
+        /* --keep 1h: the files older than an hour go, their journal with them. */
+        struct rotation_opts o = {.output = out, .keep_ns = 3600LL * 1000000000LL, .quiet = true};
+        struct rotation *rot, *second;
+        assert_int_equal(rotation_new(&o, &rot, err, sizeof(err)), 0);
+        /* A second recorder with retention on the same names is refused, naming the first. */
+        assert_int_equal(rotation_new(&o, &second, err, sizeof(err)), -2);
+        char pid[32];
+        snprintf(pid, sizeof(pid), "(pid %d)", (int)getpid());
+        assert_non_null(strstr(err, pid));
+        assert_non_null(strstr(err, "another -o"));
+        /* One without retention deletes nothing: it needs no lock. */
+        struct rotation_opts plain = {.output = out, .quiet = true};
+        assert_int_equal(rotation_new(&plain, &second, err, sizeof(err)), 0);
+        rotation_free(second);
+        rotation_free(rot); /* waits for the retention it queued */
+        assert_false(exists(d, "svc-20261201T000000Z.db"));
+        assert_false(exists(d, "svc-20261201T000000Z.db-journal"));
+        assert_false(exists(d, "svc-20261201T000000Z-10.db"));
+        assert_true(exists(d, "svc-20261201T000000Z-2.db"));
+        for (size_t i = 0; i < sizeof(decoys) / sizeof(decoys[0]); i++)
+                assert_true(exists(d, decoys[i]));
+        assert_true(exists(d, "svc-20261201T000001Z.db"));
+        assert_true(exists(d, "svc-20261201T000002Z.db"));
+        assert_true(exists(d, "elsewhere.sqlite"));
+
+        /*
+         * --keep-size 2500 over three 1000-byte files of an earlier run: the
+         * oldest goes, in the order of the names' stamps and then of their
+         * -N (-2 before -10, which sorts first as text).
+         */
+        snprintf(p, sizeof(p), "%s/svc-20261201T000000Z-10.db", d);
+        write_sqlite(p, 1000, 60);
+        snprintf(p, sizeof(p), "%s/svc-20261201T000003Z.db", d);
+        write_sqlite(p, 1000, 60);
+        struct rotation_opts sized = {.output = out, .keep_bytes = 2500, .quiet = true};
+        assert_int_equal(rotation_new(&sized, &rot, err, sizeof(err)), 0);
+        rotation_free(rot);
+        assert_false(exists(d, "svc-20261201T000000Z-2.db"));
+        assert_true(exists(d, "svc-20261201T000000Z-10.db"));
+        assert_true(exists(d, "svc-20261201T000003Z.db"));
+}
+
 /*
  * A process whose command line carries `tag` and that never forks: sleep
  * with the tag as its argv[0]. (`sh -c "sleep 30" tag` forked a child that
@@ -249,9 +360,8 @@ int main(void)
         if (!mkdtemp(dir))
                 return 1;
         const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_names),
-            cmocka_unit_test(test_on_rotate_and_keep_size),
-            cmocka_unit_test(test_keep_by_cut),
+            cmocka_unit_test(test_names),       cmocka_unit_test(test_on_rotate_and_keep_size),
+            cmocka_unit_test(test_keep_by_cut), cmocka_unit_test(test_earlier_recording),
             cmocka_unit_test(test_match_scan),
         };
         int rc = cmocka_run_group_tests(tests, NULL, NULL);
