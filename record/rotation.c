@@ -270,11 +270,11 @@ static void drop_earlier(struct rotation *rot, size_t i, const char *why)
 {
         struct earlier *e = &rot->earlier[i];
         char journal[PATH_MAX + 16];
-        snprintf(journal, sizeof(journal), "%s-journal", e->path);
+        int len = snprintf(journal, sizeof(journal), "%s-journal", e->path);
         if (unlink(e->path) < 0 && errno != ENOENT)
                 fprintf(stderr, "%s: cannot remove %s (%s): %s\n", prog, e->path, why,
                         strerror(errno));
-        else if (unlink(journal) < 0 && errno != ENOENT)
+        else if (len < (int)sizeof(journal) && unlink(journal) < 0 && errno != ENOENT)
                 fprintf(stderr, "%s: cannot remove %s (%s): %s\n", prog, journal, why,
                         strerror(errno));
         free(e->path);
