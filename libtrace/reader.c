@@ -151,6 +151,8 @@ struct trace_reader {
         uint64_t n_samples;
         bool loaded;      /* open succeeded: the handle is more than a message */
         bool rolled_back; /* what is read is a copy, its hot journal rolled back */
+        /* check_readable(): make that copy here and leave it (the set reads it), or NULL */
+        const char *keep_copy;
 
         /*
          * A set (trace_reader_open_set): db is the join, whose chunks have
@@ -1077,9 +1079,11 @@ static int copy_file(const char *from, const char *to)
  */
 static int rolled_back_copy(const char *path, const char *copy)
 {
-        char journal[PATH_MAX + 16], orig_journal[PATH_MAX + 16];
-        snprintf(journal, sizeof(journal), "%s-journal", copy);
-        snprintf(orig_journal, sizeof(orig_journal), "%s-journal", path);
+        char journal[PATH_MAX + 64], orig_journal[PATH_MAX + 64];
+        if (snprintf(journal, sizeof(journal), "%s-journal", copy) >= (int)sizeof(journal) ||
+            snprintf(orig_journal, sizeof(orig_journal), "%s-journal", path) >=
+                (int)sizeof(orig_journal))
+                return -ENAMETOOLONG;
         int e = copy_file(path, copy);
         if (e == 0)
                 e = copy_file(orig_journal, journal);
@@ -1103,15 +1107,18 @@ static int rolled_back_copy(const char *path, const char *copy)
 static int roll_back_hot_journal(struct trace_reader *r)
 {
         const char *tmp = getenv("TMPDIR");
-        char dir[PATH_MAX], copy[PATH_MAX + 32];
+        char dir[PATH_MAX], copy[PATH_MAX + 64];
         snprintf(dir, sizeof(dir), "%s/pyflame-rollback-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-        if (!mkdtemp(dir))
+        if (r->keep_copy)
+                snprintf(copy, sizeof(copy), "%s", r->keep_copy);
+        else if (!mkdtemp(dir))
                 return fail(r, TRACE_ERR_IO,
                             "%s: the recorder was stopped in the middle of writing, and a "
                             "private copy to roll its journal back in cannot be made in %s: %s "
                             "(set TMPDIR to a writable directory)",
                             r->path, tmp && *tmp ? tmp : "/tmp", strerror(errno));
-        snprintf(copy, sizeof(copy), "%s/trace.db", dir);
+        else
+                snprintf(copy, sizeof(copy), "%s/trace.db", dir);
         /* Closed first: copying opens and closes the trace, which drops its locks. */
         sqlite3_close(r->db);
         r->db = NULL;
@@ -1119,13 +1126,18 @@ static int roll_back_hot_journal(struct trace_reader *r)
         if (rc == SQLITE_OK)
                 rc = open_untrusted(copy, SQLITE_OPEN_READONLY, &r->db);
         /* Open files stay readable once unlinked. */
-        unlink(copy);
-        rmdir(dir);
+        if (!r->keep_copy) {
+                unlink(copy);
+                rmdir(dir);
+        } else if (rc != SQLITE_OK) {
+                unlink(copy);
+        }
         if (rc < 0)
                 return fail(r, TRACE_ERR_IO,
                             "%s: the recorder was stopped in the middle of writing, and its "
-                            "trace and journal could not be copied to roll it back: %s",
-                            r->path, strerror(-rc));
+                            "trace and journal could not be copied to %s to roll it back: %s "
+                            "(set TMPDIR to a writable directory with room for a copy)",
+                            r->path, copy, strerror(-rc));
         if (rc != SQLITE_OK)
                 return fail(r,
                             trace_status_from_sqlite(rc) == TRACE_ERR_NOMEM ? TRACE_ERR_NOMEM
@@ -1203,14 +1215,16 @@ TRACE_API int trace_reader_open(const char *path, struct trace_reader **out)
  * Is `path` a trace this reader reads, as one file of a set? Its header,
  * format version, tables and meta, not its dictionaries: of a set only the
  * last file's are read, from the join, where load() validates them, and
- * every sample chunk is validated where it is decoded. 0, or the status
- * with the message on `r`.
+ * every sample chunk is validated where it is decoded. When it has a hot
+ * journal (*hot), what was checked is a copy rolled back at `copy`, left
+ * there for the caller to read. 0, or the status with the message on `r`.
  */
-static int check_readable(struct trace_reader *r, const char *path, bool *hot)
+static int check_readable(struct trace_reader *r, const char *path, const char *copy, bool *hot)
 {
         struct trace_reader *one = calloc(1, sizeof(*one));
         if (!one)
                 return fail_nomem(r);
+        one->keep_copy = copy;
         int rc = 0;
         if (!(one->path = strdup(path)))
                 rc = fail_nomem(one);
@@ -1227,6 +1241,8 @@ static int check_readable(struct trace_reader *r, const char *path, bool *hot)
         if (rc < 0)
                 fail(r, rc, "%s", one->errmsg[0] ? one->errmsg : trace_status_str(rc));
         *hot = one->rolled_back;
+        if (rc < 0 && *hot)
+                unlink(copy);
         trace_reader_close(one);
         return rc < 0 ? rc : 0;
 }
@@ -1275,24 +1291,12 @@ TRACE_API int trace_reader_open_set(const char *const *paths, size_t n, struct t
         bool any_copy = false;
         for (size_t i = 0; i < n && rc == 0; i++) {
                 bool hot = false;
-                if ((rc = check_readable(r, paths[i], &hot)) < 0 || !hot)
-                        continue;
                 char copy[PATH_MAX + 48];
                 snprintf(copy, sizeof(copy), "%s/rolled-back-%zu.db", dir, i);
-                int e = rolled_back_copy(paths[i], copy);
-                if (e < 0)
-                        rc = fail(r, TRACE_ERR_IO,
-                                  "%s: the recorder was stopped in the middle of writing, and "
-                                  "its trace and journal could not be copied to %s to roll it "
-                                  "back: %s (set TMPDIR to a writable directory with room for a "
-                                  "copy)",
-                                  paths[i], dir, strerror(-e));
-                else if (e != SQLITE_OK)
-                        rc = fail(r, TRACE_ERR_CORRUPT,
-                                  "%s: damaged trace (%s) while rolling back the journal of an "
-                                  "interrupted recording",
-                                  paths[i], sqlite3_errstr(e));
-                else if (!(copies[i] = strdup(copy))) {
+                /* Checked on the copy it rolls back, which is then read: one copy per file. */
+                if ((rc = check_readable(r, paths[i], copy, &hot)) < 0 || !hot)
+                        continue;
+                if (!(copies[i] = strdup(copy))) {
                         unlink(copy);
                         rc = fail_nomem(r);
                 }

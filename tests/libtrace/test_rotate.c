@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <dirent.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 
 #include <sqlite3.h>
@@ -265,6 +266,29 @@ static char *private_tmpdir(char **old)
         return tmp;
 }
 
+/*
+ * How many pyflame-* entries were made in the directory the inotify watch
+ * `in` looks at: a set's directory (pyflame-set-*), and one more for each
+ * file rolled back apart (pyflame-rollback-*).
+ */
+static int created_in(int in)
+{
+        union {
+                struct inotify_event ev;
+                char buf[8192];
+        } u;
+        int n = 0;
+        ssize_t len;
+        while ((len = read(in, u.buf, sizeof(u.buf))) > 0)
+                for (char *p = u.buf; p < u.buf + len;) {
+                        struct inotify_event *ev = (struct inotify_event *)p;
+                        if (ev->len && !strncmp(ev->name, "pyflame-", 8))
+                                n++;
+                        p += sizeof(*ev) + ev->len;
+                }
+        return n;
+}
+
 static void restore_tmpdir(char *tmp, char *old)
 {
         if (old)
@@ -451,8 +475,14 @@ static void test_open_set_hot_journal(void **state)
         const char *paths[] = {file[2], file[0], file[1]};
         for (int pass = 0; pass < 2; pass++) {
                 struct trace_reader *r = NULL;
+                /* The open makes one directory in TMPDIR: the hot file rolled back once, in it. */
+                int in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+                assert_true(in >= 0);
+                assert_true(inotify_add_watch(in, tmp, IN_CREATE) >= 0);
                 if (trace_reader_open_set(paths, 3, &r) != 0)
                         fail_msg("open set: %s", trace_reader_errmsg(r));
+                assert_int_equal(created_in(in), 1);
+                close(in);
                 struct trace_summary s;
                 assert_int_equal(trace_reader_summary(r, &s), 0);
                 assert_int_equal(s.samples, 3 * 2 * PER_FILE);
