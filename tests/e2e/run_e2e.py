@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 
+import interps
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORK = os.path.join(HERE, "workloads")
 FRAME_RE = re.compile(r"^(.*) \((.*):(-?\d+)\)$")
@@ -32,21 +34,8 @@ ACCURACY = os.path.join(HERE, os.pardir, os.pardir, "bench", "accuracy", "worklo
 
 
 def interpreters():
-    """(label, path) of every CPython we can test here."""
-    found = []
-    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
-    for path in sorted(glob.glob(os.path.join(root, "versions", "*", "bin", "python"))):
-        ver = path.split(os.sep)[-3]
-        if re.match(r"^\d+\.\d+\.\d+$", ver):
-            found.append((ver, path))
-    if os.path.exists("/usr/bin/python3.11"):
-        found.append(("debian-3.11", "/usr/bin/python3.11"))
-
-    def key(item):
-        nums = re.findall(r"\d+", item[0])
-        return [int(n) for n in nums] + [item[0].startswith("debian")]
-
-    return sorted(found, key=key)
+    """(label, path) of every CPython we can test here (interps.py)."""
+    return interps.interpreters()
 
 
 def line_of(path, marker):

@@ -21,7 +21,6 @@ Usage: test_async.py --record PATH --report PATH [--only LABEL]
 Prints one line per check and ends with 'N passed, N failed, N skipped'.
 """
 import argparse
-import glob
 import os
 import re
 import shutil
@@ -30,6 +29,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import interps
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOAD = os.path.join(HERE, "workloads", "async_tasks.py")
@@ -41,19 +42,8 @@ CACHES = ["cache-%d" % i for i in range(2)]
 
 
 def interpreters():
-    found = []
-    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
-    for path in sorted(glob.glob(os.path.join(root, "versions", "*", "bin", "python"))):
-        ver = path.split(os.sep)[-3]
-        if re.match(r"^\d+\.\d+\.\d+$", ver):
-            found.append((ver, path))
-    if os.path.exists("/usr/bin/python3.11"):
-        found.append(("debian-3.11", "/usr/bin/python3.11"))
-
-    def key(item):
-        return [int(n) for n in re.findall(r"\d+", item[0])] + [item[0].startswith("debian")]
-
-    return sorted(found, key=key)
+    """(label, path) of every CPython we can test here (interps.py)."""
+    return interps.interpreters()
 
 
 def version_of(py):

@@ -34,7 +34,6 @@ Usage: test_continuous.py --record PATH --report PATH [--only 3.12]
 Prints one line per check and ends with 'N passed, N failed, N skipped'.
 """
 import argparse
-import glob
 import os
 import re
 import shutil
@@ -44,6 +43,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import interps
 
 WORKLOAD = r'''import sys
 import threading
@@ -76,13 +77,8 @@ DEFAULT_VERSIONS = ("2.7", "3.9", "3.12")
 
 
 def interpreters():
-    found = []
-    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
-    for path in sorted(glob.glob(os.path.join(root, "versions", "*", "bin", "python"))):
-        ver = path.split(os.sep)[-3]
-        if re.match(r"^\d+\.\d+\.\d+$", ver):
-            found.append((ver, path))
-    return found
+    """(label, path) of every CPython we can test here (interps.py)."""
+    return interps.interpreters(debian=False)
 
 
 def meta(db):

@@ -23,7 +23,6 @@ Usage: test_faults.py --record PATH --report PATH [--only 3.12] [--mode ...]
 Needs root for the tmpfs (skipped otherwise). Exits 77 when no interpreter.
 """
 import argparse
-import glob
 import json
 import os
 import random
@@ -35,6 +34,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import interps
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -124,14 +125,8 @@ print("tree done")
 
 
 def interpreters():
-    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
-    found = []
-    for path in glob.glob(os.path.join(root, "versions", "*", "bin", "python")):
-        ver = path.split(os.sep)[-3]
-        if re.match(r"^3\.\d+\.\d+$", ver):
-            found.append((tuple(int(x) for x in ver.split(".")), ver, path))
-    found.sort()
-    return [(v, p) for _, v, p in found]
+    """(label, path) of every pyenv CPython 3 here (interps.py)."""
+    return [(v, p) for v, p in interps.interpreters(debian=False) if not v.startswith("2.")]
 
 
 class Runner:

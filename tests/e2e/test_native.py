@@ -27,16 +27,16 @@ Usage: test_native.py --record PATH --report PATH [--only LABEL]
 Prints one line per check and ends with 'N passed, N failed, N skipped'.
 """
 import argparse
-import glob
 import json
 import os
-import re
 import shutil
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
+
+import interps
 
 # Share of a run's samples that may be dropped as unmatched: a thread caught
 # between the native call into the eval loop and its frame being linked (or
@@ -214,21 +214,8 @@ t.join()
 
 
 def interpreters():
-    """(label, path) of every CPython we can test here."""
-    found = []
-    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
-    for path in sorted(glob.glob(os.path.join(root, "versions", "*", "bin", "python"))):
-        ver = path.split(os.sep)[-3]
-        if re.match(r"^\d+\.\d+\.\d+$", ver):
-            found.append((ver, path))
-    if os.path.exists("/usr/bin/python3.11"):
-        found.append(("debian-3.11", "/usr/bin/python3.11"))
-
-    def key(item):
-        nums = re.findall(r"\d+", item[0])
-        return [int(n) for n in nums] + [item[0].startswith("debian")]
-
-    return sorted(found, key=key)
+    """(label, path) of every CPython we can test here (interps.py)."""
+    return interps.interpreters()
 
 
 def line_of(text, marker):

@@ -17,10 +17,8 @@ Usage: test_sources.py --record PATH --report PATH [--only LABEL]
 Prints one line per check and ends with 'N passed, N failed, N skipped'.
 """
 import argparse
-import glob
 import json
 import os
-import re
 import shutil
 import sqlite3
 import subprocess
@@ -29,6 +27,8 @@ import tempfile
 import time
 import zipfile
 import zlib
+
+import interps
 
 MAIN_PY = r'''import os
 import sys
@@ -86,15 +86,8 @@ PUBLIC_PY = r'''def visible(n):
 
 
 def interpreters():
-    found = []
-    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
-    for path in sorted(glob.glob(os.path.join(root, "versions", "*", "bin", "python"))):
-        ver = path.split(os.sep)[-3]
-        if re.match(r"^\d+\.\d+\.\d+$", ver):
-            found.append((ver, path))
-    if os.path.exists("/usr/bin/python3.11"):
-        found.append(("debian-3.11", "/usr/bin/python3.11"))
-    return found
+    """(label, path) of every CPython we can test here (interps.py)."""
+    return interps.interpreters()
 
 
 def stored_sources(db):
