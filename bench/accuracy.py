@@ -37,17 +37,17 @@ Usage: accuracy.py --record PATH --report PATH [--only 3.12,2.7]
 A full run on every interpreter takes about 1.5 hours on a 2-CPU machine.
 """
 import argparse
-import glob
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
+import interps  # noqa: E402  (the interpreters the tests run against)
 WORKLOAD = os.path.join(HERE, "accuracy", "workload.py")
 
 CASES = ["split-P/3", "split-1P", "split-2P", "split-10P", "split-random", "twoproc", "depth",
@@ -56,16 +56,7 @@ CASES = ["split-P/3", "split-1P", "split-2P", "split-10P", "split-random", "twop
 
 def interpreters():
     """(label, path) of every CPython here: pyenv's and Debian's static 3.11."""
-    found = []
-    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
-    for path in glob.glob(os.path.join(root, "versions", "*", "bin", "python")):
-        ver = path.split(os.sep)[-3]
-        if re.match(r"^\d+\.\d+\.\d+$", ver):
-            found.append((ver, path))
-    if os.path.exists("/usr/bin/python3.11"):
-        found.append(("debian-3.11", "/usr/bin/python3.11"))
-    return sorted(found, key=lambda v: [int(n) for n in re.findall(r"\d+", v[0])] +
-                  [v[0].startswith("debian")])
+    return interps.interpreters()
 
 
 def workload_args(case, period):
