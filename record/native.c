@@ -24,8 +24,9 @@
  * at a function's end is named by its caller's line): each address is looked
  * up in the symbol tables and the line tables once. Entries are never freed
  * before native_close() and their ids never reused; addresses found in no
- * module make the maps be read again (at most ten times a second) and
- * those entries are forgotten then.
+ * module make the maps be read again (at once when the address was in no
+ * mapping at the last reading, else at most ten times a second) and those
+ * entries are forgotten then.
  */
 #include "native.h"
 
@@ -35,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ptrace.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/user.h>
 #include <time.h>
@@ -222,6 +224,8 @@ struct native {
         Dwfl_Callbacks callbacks;
         char root[48]; /* "/proc/PID/root": the prefix of module names */
         size_t root_len;
+        /* libdw's search path for separate debug files; NULL: its default */
+        char *debuginfo_path;
         bool attached;
         bool keep_plumbing; /* lines for plumbing frames too (native_keep_plumbing) */
 
@@ -473,6 +477,23 @@ static const Dwfl_Thread_Callbacks thread_callbacks = {
 
 /* ---- open / close ------------------------------------------------------------ */
 
+/*
+ * Whether `pid` sees the files we see: the same mount namespace and the
+ * same root. When it does not (a container), its /usr/lib/debug is not ours.
+ */
+static bool same_files(pid_t pid)
+{
+        char path[64];
+        struct stat a, b;
+        snprintf(path, sizeof(path), "/proc/%d/ns/mnt", (int)pid);
+        if (stat(path, &a) < 0 || stat("/proc/self/ns/mnt", &b) < 0 || a.st_ino != b.st_ino ||
+            a.st_dev != b.st_dev)
+                return false;
+        snprintf(path, sizeof(path), "/proc/%d/root", (int)pid);
+        return stat(path, &a) == 0 && stat("/", &b) == 0 && a.st_ino == b.st_ino &&
+               a.st_dev == b.st_dev;
+}
+
 int native_open(pid_t pid, struct native **out, char *err, size_t errlen)
 {
         struct native *n = calloc(1, sizeof(*n));
@@ -487,6 +508,19 @@ int native_open(pid_t pid, struct native **out, char *err, size_t errlen)
         n->root_len = strlen(n->root);
         n->callbacks.find_elf = dwfl_linux_proc_find_elf;
         n->callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
+        /*
+         * Separate debug files: beside the file (its debuglink, in .debug/),
+         * then by build ID under the target's /usr/lib/debug (a container's
+         * debug packages) before ours. libdw's default looks in ours only.
+         */
+        if (!same_files(pid)) {
+                size_t len = 2 * sizeof(n->root) + 64;
+                if ((n->debuginfo_path = malloc(len)) != NULL) {
+                        snprintf(n->debuginfo_path, len, ":.debug:%s/usr/lib/debug:/usr/lib/debug",
+                                 n->root);
+                        n->callbacks.debuginfo_path = &n->debuginfo_path;
+                }
+        }
         n->riov = calloc(STACK_MAX / STACK_PAGE + 1, sizeof(*n->riov));
         n->dwfl = n->riov ? dwfl_begin(&n->callbacks) : NULL;
         if (!n->dwfl) {
@@ -520,6 +554,7 @@ void native_close(struct native *n)
                 return;
         if (n->dwfl)
                 dwfl_end(n->dwfl);
+        free(n->debuginfo_path);
         for (size_t i = 0; i < n->n_all; i++) {
                 struct native_sym *e = n->all[i];
                 free((char *)e->function);

@@ -19,7 +19,9 @@ names; in the -g module the hot loop's samples are on the marked line; the
 stripped module's frames carry its symbol names and no line; --no-native
 gives the Python frames alone; the unmatched-stack errors stay within
 UNMATCHED_TOLERANCE of the samples. `--dump --native` prints the layers of
-the running stack too. With Debian's python3-numpy installed, a matrix
+the running stack too. A library whose DWARF is in a separate debug file
+found only under the target's own /usr/lib/debug (a private mount
+namespace, as in a container) gets its lines. With Debian's python3-numpy installed, a matrix
 product under /usr/bin/python3.11 must spend its time in BLAS under the
 Python line that called it (and, with OpenBLAS, its worker threads appear).
 
@@ -29,6 +31,7 @@ Prints one line per check and ends with 'N passed, N failed, N skipped'.
 import argparse
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -578,6 +581,119 @@ def test_cxx(r, label, py):
             "%d of %d samples; mangled names: %s" % (hits, total, mangled[:3]))
 
 
+SPLIT_C = r"""
+#include <time.h>
+
+static volatile double split_sink;
+
+__attribute__((noinline)) static double split_loop(long n)
+{
+        double s = 0;
+        for (long i = 0; i < n; i++) s += (double)i * 0.5 + split_sink; /* HOT-SPLIT */
+        return s;
+}
+
+double split_spin(double seconds)
+{
+        struct timespec t0, t;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        double r = 0;
+        do {
+                r += split_loop(200000);
+                clock_gettime(CLOCK_MONOTONIC, &t);
+        } while ((t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) / 1e9 < seconds);
+        return r;
+}
+"""
+
+SPLIT_SCRIPT = r"""
+import ctypes
+import sys
+
+lib = ctypes.CDLL(sys.argv[1])
+lib.split_spin.argtypes = [ctypes.c_double]
+lib.split_spin.restype = ctypes.c_double
+print("ready")
+sys.stdout.flush()
+lib.split_spin(float(sys.argv[2]))
+"""
+
+
+def build_id(path):
+    out = subprocess.run(["readelf", "-n", path], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, universal_newlines=True, timeout=60)
+    m = re.search(r"Build ID: ([0-9a-f]+)", out.stdout)
+    return m.group(1) if m else None
+
+
+def test_container_debug(r, label, py):
+    """A library whose DWARF is in a separate debug file that only the target's own
+    /usr/lib/debug holds (its mount namespace, as in a container): named with lines."""
+    if not shutil.which("unshare") or not shutil.which("objcopy") or \
+            not shutil.which("readelf") or not os.path.isdir("/usr/lib/debug"):
+        r.skip(label, "container debug files: needs unshare, objcopy, readelf and a "
+               "/usr/lib/debug to mount over")
+        return
+    work = os.path.join(r.tmp, label + "-split")
+    os.makedirs(work)
+    src = os.path.join(work, "split.c")
+    so = os.path.join(work, "libsplit.so")
+    with open(src, "w") as f:
+        f.write(SPLIT_C)
+    cc = os.environ.get("CC", "cc")
+    dbg = os.path.join(work, "libsplit.debug")
+    for cmd in ([cc, "-shared", "-fPIC", "-O1", "-g", "-Wl,--build-id", "-o", so, src],
+                ["objcopy", "--only-keep-debug", so, dbg],
+                ["strip", "--strip-debug", so]):
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             universal_newlines=True, timeout=120)
+        if not r.check(label, "container debug files: %s" % cmd[0], out.returncode == 0,
+                       out.stdout[-500:]):
+            return
+    bid = build_id(so)
+    if not r.check(label, "container debug files: build ID", bid is not None and len(bid) > 2):
+        return
+    # The target's /usr/lib/debug: .build-id/xx/rest.debug, as Debian's -dbgsym packages.
+    root = os.path.join(work, "debugroot")
+    os.makedirs(os.path.join(root, ".build-id", bid[:2]))
+    shutil.copy(dbg, os.path.join(root, ".build-id", bid[:2], bid[2:] + ".debug"))
+    script = os.path.join(work, "split.py")
+    with open(script, "w") as f:
+        f.write(SPLIT_SCRIPT)
+    target = subprocess.Popen(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c",
+         'mount --bind "$1" /usr/lib/debug && exec "$2" "$3" "$4" 4', "sh", root, py, script,
+         so], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    try:
+        ready = target.stdout.readline().strip()
+        if not r.check(label, "container debug files: target in its own mount namespace",
+                       ready == "ready", ready + target.stdout.read()[-500:]
+                       if ready != "ready" else ""):
+            return
+        db = os.path.join(work, "split.db")
+        rec = subprocess.run([r.record, "--native", "-q", "-d", "2", "-o", db, "-p",
+                              str(target.pid)], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, universal_newlines=True, timeout=120)
+    finally:
+        target.kill()
+        target.wait()
+    if not r.check(label, "container debug files: record --native -p", rec.returncode == 0,
+                   rec.stdout[-800:]):
+        return
+    d = r.report_json(db)
+    hot = line_of(SPLIT_C, "HOT-SPLIT")
+    lines = {}
+    for s in d["stacks"]:
+        leaf = d["frames"][s["frames"][-1]] if s["frames"] else None
+        if leaf and leaf["function"] == "split_loop":
+            key = (leaf["line"], os.path.basename(leaf.get("file") or ""))
+            lines[key] = lines.get(key, 0) + s["count"]
+    n = sum(lines.values())
+    r.check(label, "container debug files: line from the target's /usr/lib/debug "
+            "(split.c:%d)" % hot, n >= 20 and lines.get((hot, "split.c"), 0) * 10 >= n * 9,
+            "split_loop leaf samples by (line, file): %s" % lines)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--record", required=True)
@@ -599,6 +715,11 @@ def main():
                 continue
             test_interpreter(r, label, py)
             test_cxx(r, label, py)
+        # Reading files as the target sees them does not depend on the interpreter: one.
+        picked = [(l, p) for l, p in interpreters()
+                  if not args.only or any(o == l or l.startswith(o + ".") for o in args.only)]
+        if picked:
+            test_container_debug(r, *picked[-1])
         if not args.only or "debian-3.11" in args.only:
             test_numpy(r)
     finally:
