@@ -666,9 +666,13 @@ def test_container_debug(r, label, py):
          so], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
     try:
         ready = target.stdout.readline().strip()
-        if not r.check(label, "container debug files: target in its own mount namespace",
-                       ready == "ready", ready + target.stdout.read()[-500:]
-                       if ready != "ready" else ""):
+        if ready != "ready":
+            said = ready + " " + target.stdout.read()[-500:]
+            if "Operation not permitted" in said or "Permission denied" in said:
+                r.skip(label, "container debug files: no mount namespace here: " + said)
+            else:
+                r.check(label, "container debug files: target in its own mount namespace",
+                        False, said)
             return
         db = os.path.join(work, "split.db")
         rec = subprocess.run([r.record, "--native", "-q", "-d", "2", "-o", db, "-p",
