@@ -10,13 +10,10 @@
  */
 #include "report.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define JOIN_CMD "join"
 
@@ -117,63 +114,29 @@ static int order_inputs(const struct join_opts *o, struct input *in)
         return 0;
 }
 
-/* Give `tmp` the name of the output: replacing it only with --force. */
-static int publish(const struct join_opts *o, const char *tmp)
-{
-        if (o->force) {
-                if (rename(tmp, o->output) == 0)
-                        return 0;
-        } else if (link(tmp, o->output) == 0) {
-                unlink(tmp);
-                return 0;
-        }
-        if (errno == EEXIST)
-                return report_fail(o->output, "exists; use -f/--force to replace it");
-        return report_fail(o->output, "cannot write the joined trace: %s", strerror(errno));
-}
-
 static int run(const struct join_opts *o, struct input *in)
 {
-        struct stat st;
-        int rc;
-        if (!o->force && lstat(o->output, &st) == 0)
-                return report_fail(o->output, "exists; use -f/--force to replace it");
-        for (size_t i = 0; i < o->n_inputs; i++)
-                if ((rc = report_check_output(o->output, o->inputs[i])) != 0)
-                        return rc;
-        if ((rc = order_inputs(o, in)) != 0)
+        char *tmp;
+        int rc = out_trace_check(o->output, o->force, o->inputs, o->n_inputs);
+        if (rc == 0)
+                rc = order_inputs(o, in);
+        if (rc == 0)
+                rc = out_trace_temp(o->output, "joined trace", &tmp);
+        if (rc != 0)
                 return rc;
         const char **paths = malloc(o->n_inputs * sizeof(*paths));
-        char *tmp = out_temp_name(o->output);
-        if (!paths || !tmp) {
-                free(paths);
-                free(tmp);
-                return report_fail(NULL, "out of memory");
-        }
-        for (size_t i = 0; i < o->n_inputs; i++)
-                paths[i] = in[i].path;
-        /* A free name next to the output, made again by the join (O_EXCL). */
-        int fd = mkstemp(tmp);
-        if (fd < 0) {
-                int e = errno;
-                free(paths);
-                free(tmp);
-                return report_fail(o->output, "cannot create the joined trace next to it: %s",
-                                   strerror(e));
-        }
-        close(fd);
         struct trace_writer *w = NULL;
-        rc = trace_join_segments(tmp, TRACE_CREATE_FORCE, paths, o->n_inputs, &w);
-        if (rc < 0)
+        if (!paths)
+                rc = report_fail(NULL, "out of memory");
+        for (size_t i = 0; paths && i < o->n_inputs; i++)
+                paths[i] = in[i].path;
+        if (paths &&
+            (rc = trace_join_segments(tmp, TRACE_CREATE_FORCE, paths, o->n_inputs, &w)) < 0)
                 rc = report_fail(o->output, "cannot join: %s",
                                  w ? trace_writer_errmsg(w) : trace_status_str(rc));
-        else
-                rc = publish(o, tmp);
         trace_writer_free(w);
-        unlink(tmp);
-        free(tmp);
         free(paths);
-        return rc;
+        return out_trace_publish(o->output, o->force, tmp, "joined trace", rc == 0);
 }
 
 int cmd_join(int argc, char **argv)

@@ -16,8 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define MERGE_CMD "merge"
 
@@ -135,30 +133,11 @@ static int write_merged(const struct merge_opts *o, struct trace_reader **r, con
         return 0;
 }
 
-/* Give `tmp` the name `path`: replacing it only with --force. */
-static int publish(const struct merge_opts *o, const char *tmp)
-{
-        if (o->force) {
-                if (rename(tmp, o->output) == 0)
-                        return 0;
-        } else if (link(tmp, o->output) == 0) {
-                unlink(tmp);
-                return 0;
-        }
-        if (errno == EEXIST)
-                return report_fail(o->output, "exists; use -f/--force to replace it");
-        return report_fail(o->output, "cannot write the merged trace: %s", strerror(errno));
-}
-
 static int run(const struct merge_opts *o, struct trace_reader **r, int64_t *offset)
 {
-        struct stat st;
-        int rc;
-        if (!o->force && lstat(o->output, &st) == 0)
-                return report_fail(o->output, "exists; use -f/--force to replace it");
-        for (size_t i = 0; i < o->n_inputs; i++)
-                if ((rc = report_check_output(o->output, o->inputs[i])) != 0)
-                        return rc;
+        int rc = out_trace_check(o->output, o->force, o->inputs, o->n_inputs);
+        if (rc != 0)
+                return rc;
         for (size_t i = 0; i < o->n_inputs; i++)
                 if ((rc = report_open(o->inputs[i], &r[i])) != 0)
                         return rc;
@@ -176,23 +155,11 @@ static int run(const struct merge_opts *o, struct trace_reader **r, int64_t *off
                 for (size_t i = 0; i < o->n_inputs; i++)
                         offset[i] -= first;
         }
-        char *tmp = out_temp_name(o->output);
-        if (!tmp)
-                return report_fail(NULL, "out of memory");
-        int fd = mkstemp(tmp);
-        if (fd < 0) {
-                int e = errno;
-                free(tmp);
-                return report_fail(o->output, "cannot create the merged trace next to it: %s",
-                                   strerror(e));
-        }
-        close(fd);
+        char *tmp;
+        if ((rc = out_trace_temp(o->output, "merged trace", &tmp)) != 0)
+                return rc;
         rc = write_merged(o, r, offset, tmp);
-        if (rc == 0)
-                rc = publish(o, tmp);
-        unlink(tmp);
-        free(tmp);
-        return rc;
+        return out_trace_publish(o->output, o->force, tmp, "merged trace", rc == 0);
 }
 
 int cmd_merge(int argc, char **argv)

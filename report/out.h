@@ -57,6 +57,20 @@ void out_csv_field(struct out *o, const char *s);
 char *out_temp_name(const char *path);
 
 /*
+ * A trace written whole or not at all (join, merge), in three steps. First
+ * out_trace_check(): `output` may be written (it does not exist, unless
+ * `force`) and is none of the n `inputs`. Then out_trace_temp(): a free
+ * temporary name next to it in *tmp (the file made and closed, for the
+ * writer to make again), `what` naming the trace in messages ("joined
+ * trace"). Last out_trace_publish(): when `ok`, give *tmp the output's name
+ * (replacing it only with `force`); either way remove and free *tmp. Each
+ * returns 0, or prints one line and returns REPORT_EXIT_FAIL.
+ */
+int out_trace_check(const char *output, bool force, char *const *inputs, size_t n);
+int out_trace_temp(const char *output, const char *what, char **tmp);
+int out_trace_publish(const char *output, bool force, char *tmp, const char *what, bool ok);
+
+/*
  * Write the buffered output to stdout (path NULL) or to `path`: there through
  * a temporary file in the same directory renamed over `path` only once fully
  * written, so a failure never leaves a partial file behind. Returns 0, or

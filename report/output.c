@@ -47,6 +47,49 @@ char *out_temp_name(const char *path)
         return t;
 }
 
+int out_trace_check(const char *output, bool force, char *const *inputs, size_t n)
+{
+        struct stat st;
+        int rc;
+        if (!force && lstat(output, &st) == 0)
+                return report_fail(output, "exists; use -f/--force to replace it");
+        for (size_t i = 0; i < n; i++)
+                if ((rc = report_check_output(output, inputs[i])) != 0)
+                        return rc;
+        return 0;
+}
+
+int out_trace_temp(const char *output, const char *what, char **tmp)
+{
+        *tmp = out_temp_name(output);
+        if (!*tmp)
+                return report_fail(NULL, "out of memory");
+        int fd = mkstemp(*tmp);
+        if (fd < 0) {
+                int e = errno;
+                free(*tmp);
+                *tmp = NULL;
+                return report_fail(output, "cannot create the %s next to it: %s", what,
+                                   strerror(e));
+        }
+        close(fd);
+        return 0;
+}
+
+int out_trace_publish(const char *output, bool force, char *tmp, const char *what, bool ok)
+{
+        int rc = ok ? 0 : REPORT_EXIT_FAIL;
+        if (ok && force && rename(tmp, output) < 0)
+                rc = report_fail(output, "cannot write the %s: %s", what, strerror(errno));
+        else if (ok && !force && link(tmp, output) < 0)
+                rc = errno == EEXIST
+                         ? report_fail(output, "exists; use -f/--force to replace it")
+                         : report_fail(output, "cannot write the %s: %s", what, strerror(errno));
+        unlink(tmp);
+        free(tmp);
+        return rc;
+}
+
 static int commit_file(struct out *o, const char *path)
 {
         struct stat st;
