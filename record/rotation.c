@@ -549,10 +549,11 @@ static void find_earlier(struct rotation *rot)
                 int64_t mtime;
                 if (!set_name(rot, e->d_name, &seq))
                         continue;
-                char *path = malloc(strlen(rot->dir) + strlen(e->d_name) + 1);
+                size_t len = strlen(rot->dir) + strlen(e->d_name) + 1;
+                char *path = malloc(len);
                 if (!path)
                         break;
-                sprintf(path, "%s%s", rot->dir, e->d_name);
+                snprintf(path, len, "%s%s", rot->dir, e->d_name);
                 if (!sqlite_file(path, &mtime)) {
                         free(path);
                         continue;
