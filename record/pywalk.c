@@ -1098,11 +1098,16 @@ static unsigned gil_flags(const struct pylayout *L, const struct gil_view *g, ui
  * its address). Find its offset once: search the struct of every known thread
  * for the main thread's TID (the PID, or its namespace-local value); check a
  * hit against the other threads, whose value there must be a plausible TID.
+ * A thread state that carries another thread's id is no evidence: 2.7 links
+ * a new thread's state with its creator's id until the thread starts, and
+ * a search made then must not fail for it. Tried at every sample at first,
+ * then every TID_SEARCH_EVERY-th: a search that never succeeds leaves every
+ * thread's state unknown (counted on CPU).
  */
 static void tid_search(struct pywalk *w)
 {
         if (w->tid_off >= 0 || w->L.ts_native_tid >= 0 || !w->n_tid_candidates ||
-            w->tid_tries >= TID_SEARCH_TRIES)
+            (w->tid_tries >= TID_SEARCH_TRIES && w->sample_no % TID_SEARCH_EVERY))
                 return;
         w->tid_tries++;
         for (size_t c = 0; c < w->n_tid_candidates; c++) {
@@ -1118,8 +1123,8 @@ static void tid_search(struct pywalk *w)
                                 bool ok = true;
                                 for (size_t o = 0; o < w->n_tid_candidates && ok; o++) {
                                         int32_t ov;
-                                        if (o == c)
-                                                continue;
+                                        if (w->tid_candidates[o] == pt)
+                                                continue; /* c itself, or a state with its id */
                                         if (memsrc_read(w->m, w->tid_candidates[o] + base + i, &ov,
                                                         4) < 0 ||
                                             ov <= 0 || ov > (1 << 22) || ov == v)

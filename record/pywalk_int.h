@@ -37,7 +37,8 @@
 #define FRAME_PAGE_AGE   64    /* samples a page stays there unused */
 #define TID_SCAN_BYTES   2048  /* searched of a struct pthread for the TID */
 #define TID_SCAN_CHUNK   256
-#define TID_SEARCH_TRIES 16
+#define TID_SEARCH_TRIES 16 /* searches at consecutive samples... */
+#define TID_SEARCH_EVERY 64 /* ...then at every 64th */
 #define TID_CANDIDATES   64
 
 /* Type flags (Include/object.h; BYTES_SUBCLASS is STRING_SUBCLASS in 2.x). */

@@ -572,6 +572,39 @@ static void check_tlbc(void **state)
         pyimg_free(&p);
 }
 
+/*
+ * Before 3.11 the TID is found in struct pthread. 2.7 links a new thread's
+ * state with its creator's thread id until the thread starts: a search made
+ * then still finds the offset (it once found none, and every thread's state
+ * stayed unknown), and once the thread has started its own id gives its TID.
+ */
+static void check_tid_prealloc(void **state)
+{
+        const struct ver *v = *state;
+        struct pyimg p;
+        make_image(v, &p);
+        int t0 = pyimg_add_thread(&p, p.interps[0], -1);
+        int t1 = pyimg_add_thread(&p, p.interps[0], 5151);
+        int t2 = pyimg_add_thread(&p, p.interps[0], 5252);
+        /* t2 created by the main thread, not started yet: the main thread's id. */
+        img_u64(p.img, p.th[t2].tstate + (uint64_t)p.L.ts_thread_id, p.th[t0].pthread);
+        struct pywalk *w = open_walk(&p);
+        struct got g;
+        sample(w, &g);
+        assert_int_equal(g.n, 3);
+        assert_int_equal(g.t[2].tid, PYIMG_PID);
+        assert_int_equal(g.t[1].tid, 5151);
+        assert_int_equal(g.t[0].tid, PYIMG_PID); /* what its state says until it starts */
+        /* Started: its own id. */
+        img_u64(p.img, p.th[t2].tstate + (uint64_t)p.L.ts_thread_id, p.th[t2].pthread);
+        sample(w, &g);
+        assert_int_equal(g.t[0].tid, 5252);
+        assert_int_equal(g.t[1].tid, 5151);
+        (void)t1;
+        pywalk_close(w);
+        pyimg_free(&p);
+}
+
 /* Free-threaded without a GIL: "held" means attached. */
 static void check_no_gil(void **state)
 {
@@ -1604,6 +1637,11 @@ static bool debug_offsets(const struct ver *v)
         return v->minor >= 13;
 }
 
+static bool pthread_tid(const struct ver *v)
+{
+        return v->major == 2 || v->minor < 11;
+}
+
 static bool chunked(const struct ver *v)
 {
         return v->major == 3 && v->minor >= 11;
@@ -1639,6 +1677,7 @@ static const struct scenario scenarios[] = {
     {"chunks", check_chunks, chunked},
     {"tlbc", check_tlbc, tlbc},
     {"nogil", check_no_gil, free_threaded},
+    {"tid-prealloc", check_tid_prealloc, pthread_tid},
     {"code-reuse", check_code_reuse, any},
     {"code-reuse-smaller", check_code_reuse_smaller, any},
     {"code-reuse-return", check_code_reuse_return, any},
