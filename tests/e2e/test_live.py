@@ -144,12 +144,22 @@ class Runner:
         return self.tmux("display-message", "-p", "#{alternate_on}").stdout.strip() == "1"
 
     def wait(self, pred, timeout=20):
-        """Poll the screen until pred(screen) is true; returns the last screen."""
+        """Poll the screen until pred(screen) is true; returns the last screen.
+
+        A capture can fall between two writes of one redraw (tmux shows what
+        it has read so far: a new header above the old rows), so a screen
+        that satisfies pred is captured again a moment later, and that
+        complete one is returned if pred still holds on it."""
         end = time.time() + timeout
         s = self.screen()
         while not pred(s) and time.time() < end:
             time.sleep(0.2)
             s = self.screen()
+        if pred(s):
+            time.sleep(0.15)
+            again = self.screen()
+            if pred(again):
+                return again
         return s
 
     def stop(self):
