@@ -32,6 +32,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,6 +225,14 @@ struct native {
         Dwfl_Callbacks callbacks;
         char root[48]; /* "/proc/PID/root": the prefix of module names */
         size_t root_len;
+        /*
+         * Where the target's root is, as its maps name files: "" when they
+         * are named from its root (the same files, or a container's own
+         * root after pivot_root); a chroot's directory otherwise, which
+         * its maps paths begin with.
+         */
+        char root_link[PATH_MAX];
+        size_t root_link_len;
         /* libdw's search path for separate debug files; NULL: its default */
         char *debuginfo_path;
         bool attached;
@@ -292,7 +301,11 @@ static void report_flush(struct report_ctx *c)
         if (!c->path[0])
                 return;
         char name[4096 + 64];
-        snprintf(name, sizeof(name), "%s%s", c->n->root, c->path);
+        const char *path = c->path;
+        size_t skip = c->n->root_link_len;
+        if (skip && strncmp(path, c->n->root_link, skip) == 0 && path[skip] == '/')
+                path += skip;
+        snprintf(name, sizeof(name), "%s%s", c->n->root, path);
         if (!dwfl_report_module(c->n->dwfl, name, c->lo, c->hi))
                 c->rc = -ENOMEM;
         c->path[0] = 0;
@@ -506,12 +519,22 @@ int native_open(pid_t pid, struct native **out, char *err, size_t errlen)
         n->next_id = 1;
         snprintf(n->root, sizeof(n->root), "/proc/%d/root", (int)pid);
         n->root_len = strlen(n->root);
+        ssize_t link = readlink(n->root, n->root_link, sizeof(n->root_link) - 1);
+        if (link > 1 && n->root_link[0] == '/') {
+                n->root_link[link] = 0;
+                n->root_link_len = (size_t)link;
+        } else {
+                n->root_link[0] = 0;
+        }
         n->callbacks.find_elf = dwfl_linux_proc_find_elf;
         n->callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
         /*
          * Separate debug files: beside the file (its debuglink, in .debug/),
          * then by build ID under the target's /usr/lib/debug (a container's
-         * debug packages) before ours. libdw's default looks in ours only.
+         * debug packages) before ours (libdw's default looks in ours only).
+         * By debuglink under each of them followed by the library's
+         * directory, libdw tries that directory and each of its tails, so
+         * /proc/PID/root/usr/lib/debug/DIR is among them.
          */
         if (!same_files(pid)) {
                 size_t len = 2 * sizeof(n->root) + 64;

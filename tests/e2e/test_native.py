@@ -626,15 +626,21 @@ def build_id(path):
     return m.group(1) if m else None
 
 
-def test_container_debug(r, label, py):
+def test_container_debug(r, label, py, how, chroot):
     """A library whose DWARF is in a separate debug file that only the target's own
-    /usr/lib/debug holds (its mount namespace, as in a container): named with lines."""
+    /usr/lib/debug holds (its mount namespace, as in a container): named with lines.
+    how: "build-id" (.build-id/xx/rest.debug, as Debian's -dbgsym packages) or
+    "debuglink" (no build ID; the library's .gnu_debuglink names the file, under
+    /usr/lib/debug/ followed by the library's own directory). chroot: the target
+    also runs in a chroot (a bind of / with that /usr/lib/debug), so that its maps
+    name its files by paths that begin with the chroot's directory."""
+    name = "container debug files (%s%s)" % (how, ", chroot" if chroot else "")
     if not shutil.which("unshare") or not shutil.which("objcopy") or \
             not shutil.which("readelf") or not os.path.isdir("/usr/lib/debug"):
-        r.skip(label, "container debug files: needs unshare, objcopy, readelf and a "
-               "/usr/lib/debug to mount over")
+        r.skip(label, name + ": needs unshare, objcopy, readelf and a /usr/lib/debug to "
+               "mount over")
         return
-    work = os.path.join(r.tmp, label + "-split")
+    work = os.path.join(r.tmp, "%s-split-%s%s" % (label, how, "-chroot" if chroot else ""))
     os.makedirs(work)
     src = os.path.join(work, "split.c")
     so = os.path.join(work, "libsplit.so")
@@ -642,37 +648,54 @@ def test_container_debug(r, label, py):
         f.write(SPLIT_C)
     cc = os.environ.get("CC", "cc")
     dbg = os.path.join(work, "libsplit.debug")
-    for cmd in ([cc, "-shared", "-fPIC", "-O1", "-g", "-Wl,--build-id", "-o", so, src],
-                ["objcopy", "--only-keep-debug", so, dbg],
-                ["strip", "--strip-debug", so]):
+    cmds = [[cc, "-shared", "-fPIC", "-O1", "-g",
+             "-Wl,--build-id" if how == "build-id" else "-Wl,--build-id=none", "-o", so, src],
+            ["objcopy", "--only-keep-debug", so, dbg],
+            ["strip", "--strip-debug", so]]
+    if how == "debuglink":
+        cmds.append(["objcopy", "--add-gnu-debuglink=" + dbg, so])
+    for cmd in cmds:
         out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              universal_newlines=True, timeout=120)
-        if not r.check(label, "container debug files: %s" % cmd[0], out.returncode == 0,
+        if not r.check(label, "%s: %s" % (name, cmd[0]), out.returncode == 0,
                        out.stdout[-500:]):
             return
     bid = build_id(so)
-    if not r.check(label, "container debug files: build ID", bid is not None and len(bid) > 2):
-        return
-    # The target's /usr/lib/debug: .build-id/xx/rest.debug, as Debian's -dbgsym packages.
     root = os.path.join(work, "debugroot")
-    os.makedirs(os.path.join(root, ".build-id", bid[:2]))
-    shutil.copy(dbg, os.path.join(root, ".build-id", bid[:2], bid[2:] + ".debug"))
+    if how == "build-id":
+        if not r.check(label, name + ": build ID", bid is not None and len(bid) > 2):
+            return
+        os.makedirs(os.path.join(root, ".build-id", bid[:2]))
+        shutil.move(dbg, os.path.join(root, ".build-id", bid[:2], bid[2:] + ".debug"))
+    else:
+        if not r.check(label, name + ": no build ID", bid is None, bid):
+            return
+        # Not beside the library (libdw would find it there): only under the
+        # target's /usr/lib/debug + the library's directory.
+        os.makedirs(root + work)
+        shutil.move(dbg, os.path.join(root + work, "libsplit.debug"))
     script = os.path.join(work, "split.py")
     with open(script, "w") as f:
         f.write(SPLIT_SCRIPT)
+    new_root = os.path.join(work, "root")
+    os.makedirs(new_root)
+    if chroot:
+        setup = ('mount --rbind / "$5" && mount --bind "$1" "$5/usr/lib/debug" && '
+                 'exec chroot "$5" "$2" "$3" "$4" 4')
+    else:
+        setup = 'mount --bind "$1" /usr/lib/debug && exec "$2" "$3" "$4" 4'
     target = subprocess.Popen(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c",
-         'mount --bind "$1" /usr/lib/debug && exec "$2" "$3" "$4" 4', "sh", root, py, script,
-         so], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", setup, "sh", root, py, script,
+         so, new_root], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        universal_newlines=True)
     try:
         ready = target.stdout.readline().strip()
         if ready != "ready":
             said = ready + " " + target.stdout.read()[-500:]
             if "Operation not permitted" in said or "Permission denied" in said:
-                r.skip(label, "container debug files: no mount namespace here: " + said)
+                r.skip(label, name + ": no mount namespace here: " + said)
             else:
-                r.check(label, "container debug files: target in its own mount namespace",
-                        False, said)
+                r.check(label, name + ": target in its own mount namespace", False, said)
             return
         db = os.path.join(work, "split.db")
         rec = subprocess.run([r.record, "--native", "-q", "-d", "2", "-o", db, "-p",
@@ -681,7 +704,7 @@ def test_container_debug(r, label, py):
     finally:
         target.kill()
         target.wait()
-    if not r.check(label, "container debug files: record --native -p", rec.returncode == 0,
+    if not r.check(label, name + ": record --native -p", rec.returncode == 0,
                    rec.stdout[-800:]):
         return
     d = r.report_json(db)
@@ -693,8 +716,8 @@ def test_container_debug(r, label, py):
             key = (leaf["line"], os.path.basename(leaf.get("file") or ""))
             lines[key] = lines.get(key, 0) + s["count"]
     n = sum(lines.values())
-    r.check(label, "container debug files: line from the target's /usr/lib/debug "
-            "(split.c:%d)" % hot, n >= 20 and lines.get((hot, "split.c"), 0) * 10 >= n * 9,
+    r.check(label, name + ": line from the target's /usr/lib/debug (split.c:%d)" % hot,
+            n >= 20 and lines.get((hot, "split.c"), 0) * 10 >= n * 9,
             "split_loop leaf samples by (line, file): %s" % lines)
 
 
@@ -723,7 +746,9 @@ def main():
         picked = [(l, p) for l, p in interpreters()
                   if not args.only or any(o == l or l.startswith(o + ".") for o in args.only)]
         if picked:
-            test_container_debug(r, *picked[-1])
+            for how, chroot in (("build-id", False), ("build-id", True), ("debuglink", False),
+                                ("debuglink", True)):
+                test_container_debug(r, picked[-1][0], picked[-1][1], how, chroot)
         if not args.only or "debian-3.11" in args.only:
             test_numpy(r)
     finally:
