@@ -21,41 +21,52 @@ run_tests() {
         exit 1
     fi
 }
+# Each stage's heading says how long the one before took (CI's budget).
+stage() {
+    local now=$SECONDS
+    if [ -n "${stage_name:-}" ]; then
+        echo "== ($stage_name: $((now - stage_start)) s)"
+    fi
+    stage_name=$1
+    stage_start=$now
+    echo "== $1"
+}
+stage "dependencies"
 bash scripts/deps.sh
 # The real consumers of our outputs: go tool pprof, speedscope and Chromium.
 bash tests/export/setup-consumers.sh
 
-echo "== clang-format"
+stage "clang-format"
 files=$(git ls-files '*.c' '*.h' 2>/dev/null || find . -name '*.[ch]' -not -path './build*')
 clang-format --dry-run --Werror $files
 
-echo "== build (warnings fatal)"
+stage "build (warnings fatal)"
 rm -rf build-ci build-ci-asan
 meson setup build-ci --werror -Dbuildtype=debugoptimized >/dev/null
 ninja -C build-ci
 
-echo "== unit and golden tests"
+stage "unit and golden tests"
 run_tests build-ci --suite unit --suite golden --print-errorlogs
 
-echo "== real consumers (go tool pprof, speedscope, Chromium)"
+stage "real consumers (go tool pprof, speedscope, Chromium)"
 run_tests build-ci --suite consumers --print-errorlogs
 
-echo "== end-to-end tests"
+stage "end-to-end tests"
 run_tests build-ci --suite e2e --print-errorlogs --verbose
 
-echo "== installed (meson install into a staging root; e2e on 3.12 with the installed commands)"
+stage "installed (meson install into a staging root; e2e on 3.12 with the installed commands)"
 bash tests/install/check-install.sh build-ci 3.12
 
-echo "== single-file static tools, recording in an empty root (new mount and PID namespaces)"
+stage "single-file static tools, recording in an empty root (new mount and PID namespaces)"
 sh tests/static/check-static.sh --require-bpf
 
-echo "== Debian packages: build, lintian, install, record and report with the installed tools, purge"
+stage "Debian packages: build, lintian, install, record and report with the installed tools, purge"
 # git archive reads the checkout; CI's checkout may belong to another user than root.
 git config --global --get-all safe.directory | grep -qxF "$PWD" ||
   git config --global --add safe.directory "$PWD"
 bash tests/deb/check-deb.sh
 
-echo "== sanitizers (address, undefined)"
+stage "sanitizers (address, undefined)"
 meson setup build-ci-asan --werror -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
 ninja -C build-ci-asan
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
@@ -67,7 +78,7 @@ for t in test_native test_async test_continuous test_live test_sets; do
     --report build-ci-asan/report/pyflame-report --only 3.12
 done
 
-echo "== ThreadSanitizer"
+stage "ThreadSanitizer"
 rm -rf build-ci-tsan
 meson setup build-ci-tsan --werror -Db_sanitize=thread -Db_lundef=false >/dev/null
 ninja -C build-ci-tsan
@@ -80,11 +91,11 @@ for t in test_native test_async test_continuous test_live test_sets; do
     --report build-ci-tsan/report/pyflame-report --only 3.12
 done
 
-echo "== fuzzing the report with libFuzzer (fixed seed; clang, ASan, UBSan)"
+stage "fuzzing the report with libFuzzer (fixed seed; clang, ASan, UBSan)"
 rm -rf build-ci-fuzz
 CC=clang meson setup build-ci-fuzz --werror -Dfuzz=true -Db_sanitize=address,undefined \
   -Db_lundef=false >/dev/null
 ninja -C build-ci-fuzz
 run_tests build-ci-fuzz --suite fuzz --print-errorlogs
 
-echo "== all tests passed"
+stage "all tests passed in $SECONDS s"
