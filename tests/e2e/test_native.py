@@ -563,22 +563,38 @@ def test_cxx(r, label, py):
     script = os.path.join(work, "cxx.py")
     with open(script, "w") as f:
         f.write(CXX_SCRIPT)
-    db = os.path.join(work, "cxx.db")
-    rec = subprocess.run([r.record, "--native", "-q", "-o", db, "--", py, script, so, "2"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         universal_newlines=True, timeout=120)
-    if not r.check(label, "C++ names: record --native", rec.returncode == 0, rec.stdout[-800:]):
-        return
-    d = r.report_json(db)
-    # Root first: the Python caller, ctypes' and libffi's frames, then our two at the leaf.
-    leaf = [("cxx_spin", "native"), ("ns::Klass::method(int)", "native")]
-    hits = sum(s["count"] for s in d["stacks"]
-               if names(d, s)[-2:] == leaf and ("call_cxx", "python") in names(d, s)[:-2])
-    total = sum(s["count"] for s in d["stacks"])
-    mangled = [f["function"] for f in d["frames"] if f["function"].startswith("_ZN2ns")]
-    r.check(label, "C++ names demangled (call_cxx ; cxx_spin ; ns::Klass::method(int))",
-            hits * 2 > total and not mangled,
-            "%d of %d samples; mangled names: %s" % (hits, total, mangled[:3]))
+    # Recorded twice at most. CI once saw 5 samples in all, none in the C++
+    # frames, where every other run has ~200 and every one of them there; the
+    # first recording's figures are printed when it is retried.
+    for attempt in (1, 2):
+        db = os.path.join(work, "cxx-%d.db" % attempt)
+        rec = subprocess.run([r.record, "--native", "-q", "-o", db, "--", py, script, so, "2"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             universal_newlines=True, timeout=120)
+        if not r.check(label, "C++ names: record --native", rec.returncode == 0,
+                       rec.stdout[-800:]):
+            return
+        d = r.report_json(db)
+        # Root first: the Python caller, ctypes' and libffi's frames, then our two at the leaf.
+        leaf = [("cxx_spin", "native"), ("ns::Klass::method(int)", "native")]
+        hits = sum(s["count"] for s in d["stacks"]
+                   if names(d, s)[-2:] == leaf and ("call_cxx", "python") in names(d, s)[:-2])
+        total = sum(s["count"] for s in d["stacks"])
+        mangled = [f["function"] for f in d["frames"] if f["function"].startswith("_ZN2ns")]
+        errors, samples = errors_of(db)
+        con = sqlite3.connect(db)
+        meta = dict(con.execute("SELECT key, value FROM meta WHERE key IN "
+                                "('missed_deadlines', 'duration_ns', 'native_unmatched')"))
+        con.close()
+        detail = ("%d of %d samples; mangled names: %s; samples %d, errors by kind %s, %s; "
+                  "stderr %r" % (hits, total, mangled[:3], samples, errors, meta,
+                                 rec.stdout[-300:]))
+        ok = hits * 2 > total and not mangled
+        if ok or attempt == 2:
+            break
+        print("RETRY %s C++ names, first recording: %s" % (label, detail))
+    r.check(label, "C++ names demangled (call_cxx ; cxx_spin ; ns::Klass::method(int))", ok,
+            detail)
 
 
 SPLIT_C = r"""
