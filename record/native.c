@@ -226,10 +226,10 @@ struct native {
         char root[48]; /* "/proc/PID/root": the prefix of module names */
         size_t root_len;
         /*
-         * Where the target's root is, as its maps name files: "" when they
-         * are named from its root (the same files, or a container's own
-         * root after pivot_root); a chroot's directory otherwise, which
-         * its maps paths begin with.
+         * Where the target's root is, as its maps name files: its first
+         * root_link_len bytes, 0 when they are named from its root (the
+         * same files, or a container's own root after pivot_root); a
+         * chroot's directory otherwise, which its maps paths begin with.
          */
         char root_link[PATH_MAX];
         size_t root_link_len;
@@ -519,13 +519,10 @@ int native_open(pid_t pid, struct native **out, char *err, size_t errlen)
         n->next_id = 1;
         snprintf(n->root, sizeof(n->root), "/proc/%d/root", (int)pid);
         n->root_len = strlen(n->root);
+        /* "/" (or unreadable) leaves root_link_len 0: nothing to take off. */
         ssize_t link = readlink(n->root, n->root_link, sizeof(n->root_link) - 1);
-        if (link > 1 && n->root_link[0] == '/') {
-                n->root_link[link] = 0;
+        if (link > 1 && n->root_link[0] == '/')
                 n->root_link_len = (size_t)link;
-        } else {
-                n->root_link[0] = 0;
-        }
         n->callbacks.find_elf = dwfl_linux_proc_find_elf;
         n->callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
         /*

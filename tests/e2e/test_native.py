@@ -694,8 +694,8 @@ def test_container_debug(r, label, py, how, chroot):
     with open(script, "w") as f:
         f.write(SPLIT_SCRIPT)
     new_root = os.path.join(work, "root")
-    os.makedirs(new_root)
     if chroot:
+        os.makedirs(new_root)
         setup = ('mount --rbind / "$5" && mount --bind "$1" "$5/usr/lib/debug" && '
                  'exec chroot "$5" "$2" "$3" "$4" 4')
     else:
