@@ -18,7 +18,9 @@ and 1 kHz, several times each, and measured with pyflame-report:
                  few tens of ns) against a flat loop: the loop's total share
   oncpu          a thread busy 40% and asleep 60% in random lengths: the share
                  of its samples on CPU and, with --idle, the share in the
-                 sleeping function
+                 sleeping function (the on-CPU truth adds the time the thread
+                 runs inside its sleeping calls, from the kernel's switch
+                 records: needs perf, or --no-switch-truth)
   gil            three threads contending for the GIL: of the samples in which
                  one of them holds the GIL, each one's share (truth: its
                  share of the three threads' CPU time; a thread that only
@@ -40,6 +42,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -128,6 +131,55 @@ def measure(report, db, case, truth):
     return [(name, truth[name], held[name] / n, n) for name in sorted(truth)] if n else []
 
 
+def switch_records(perf, data, tid):
+    """[(time, on_cpu)] of thread tid from perf's switch records, in time order.
+
+    On CPU means what the recorder means: switched in, or switched out by a
+    preemption (ready to go on running).
+    """
+    out = subprocess.run([perf, "script", "-i", data, "--show-switch-events", "-F", "tid,time",
+                          "--ns", "--tid", str(tid)], capture_output=True, text=True,
+                         check=True).stdout
+    recs = []
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) >= 4 and f[2] == "PERF_RECORD_SWITCH" and f[0] == str(tid):
+            recs.append((float(f[1].rstrip(":")), f[3] == "IN" or "preempt" in f[4:]))
+    recs.sort()
+    return recs
+
+
+def ran_in_windows(recs, windows):
+    """Seconds the thread was on CPU inside the windows [(start, end)], sorted."""
+    total, k, state = 0.0, 0, True  # it runs when it starts its first sleeping call
+    for s, e in windows:
+        while k < len(recs) and recs[k][0] <= s:
+            state = recs[k][1]
+            k += 1
+        at, j, st = s, k, state
+        while j < len(recs) and recs[j][0] < e:
+            if st:
+                total += recs[j][0] - at
+            at, st = recs[j][0], recs[j][1]
+            j += 1
+        if st:
+            total += e - at
+    return total
+
+
+def oncpu_truth(truth, perf, data):
+    """The oncpu case's on-CPU truth with the time it ran inside its sleeping calls."""
+    recs = switch_records(perf, data, truth["tid"])
+    windows = sorted(tuple(w) for w in truth["windows"])
+    if not recs or not windows:
+        raise ValueError("no switch records of thread %d" % truth["tid"])
+    ran = ran_in_windows(recs, windows)
+    truth["on_cpu_calls"] = truth["on_cpu"]
+    truth["on_cpu"] += ran / truth["wall"]
+    truth["ran_per_call_us"] = 1e6 * ran / len(windows)
+    return truth
+
+
 def binom_tail(k, n, p):
     """P(X >= k) for X ~ Binomial(n, p)."""
     return sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k, n + 1))
@@ -145,6 +197,10 @@ def main():
     ap.add_argument("--secs", type=float, default=6, help="seconds per run at 100 Hz "
                     "(at 1 kHz a third of it)")
     ap.add_argument("--json", help="write every run's figures here")
+    ap.add_argument("--no-switch-truth", action="store_true",
+                    help="oncpu: take the time outside the sleeping calls as the on-CPU truth, "
+                    "without the time the thread ran inside them (which needs perf's "
+                    "switch records)")
     ap.add_argument("extra", nargs="*", help="more pyflame-record options, after --")
     args = ap.parse_args()
 
@@ -158,6 +214,10 @@ def main():
     for c in cases:
         if c not in CASES:
             sys.exit("unknown case %s (one of %s)" % (c, ", ".join(CASES)))
+    perf = None if args.no_switch_truth else shutil.which("perf")
+    if "oncpu" in cases and not perf and not args.no_switch_truth:
+        sys.exit("the oncpu case needs perf (linux-perf) for the time its thread runs inside its "
+                 "sleeping calls; or pass --no-switch-truth to leave that time out of the truth")
     tmp = tempfile.mkdtemp(prefix="pyflame-accuracy-")
     results = []
     total = len(pys) * len(args.modes.split(",")) * len(args.rates.split(",")) * len(cases) * \
@@ -177,10 +237,18 @@ def main():
                         cmd = [args.record, "-q", "-f", "-r", str(rate), "--" + mode, "-o", db] + \
                             (["-s"] if case == "twoproc" else []) + args.extra + \
                             ["--", py, WORKLOAD, wargs[0], str(secs), tf] + wargs[1:]
+                        pdata = os.path.join(tmp, "switch.data")
+                        if case == "oncpu" and perf:
+                            # The kernel's switch records of every thread, on CLOCK_MONOTONIC
+                            # like the workload's windows: the truth of when its thread ran.
+                            cmd = [perf, "record", "-q", "-k", "CLOCK_MONOTONIC",
+                                   "--switch-events", "-e", "dummy", "-o", pdata, "--"] + cmd
                         try:
                             subprocess.run(cmd, check=True, timeout=secs * 10 + 60)
                             with open(tf) as f:
                                 truth = json.load(f)
+                            if case == "oncpu" and perf:
+                                truth = oncpu_truth(truth, perf, pdata)
                         except (subprocess.SubprocessError, OSError, ValueError) as e:
                             failures.append("%s %s %d Hz %s run %d: %s" % (
                                 label, mode, rate, case, run + 1, e))
@@ -196,7 +264,8 @@ def main():
                                 "python": label, "mode": mode, "rate": rate, "case": case,
                                 "metric": metric, "run": run, "truth": true, "measured": got,
                                 "n": n, "outside": abs(got - true) > 2.576 * sd,
-                                "capture": info["meta"].get("capture", "")})
+                                "capture": info["meta"].get("capture", ""),
+                                "ran_per_call_us": truth.get("ran_per_call_us")})
                         torn += info["errors"]["torn"]
                         late += info["errors"]["late"]
                         samples += info["samples"]
@@ -235,6 +304,12 @@ def main():
             k[0], k[1], k[2], k[3], len(rs), 100 * sum(r["truth"] for r in rs) / len(rs),
             100 * sum(r["measured"] for r in rs) / len(rs), mean, se, out, len(rs),
             binom_tail(out, len(rs), 0.01)))
+    ran = sorted(r["ran_per_call_us"] for r in results
+                 if r["metric"] == "on-cpu" and r.get("ran_per_call_us") is not None)
+    if ran:
+        print("oncpu: its thread ran %.1f us inside each sleeping call (median of %d runs, from "
+              "the kernel's switch records), counted on CPU in the on-cpu truth" % (
+                  ran[len(ran) // 2], len(ran)))
     print()
     print("largest |bias|: %.2f points (target 1); %d samples, %d torn, %d slots missed" % (
         worst, samples, torn, late))

@@ -19,7 +19,9 @@
 #   workload.py oncpu DURATION OUT MEAN_S
 #       a thread named "worker" busy (spin: running, or runnable when
 #       preempted) and asleep (idle_sleep) in turn, for random lengths: busy
-#       40% of the time on average.
+#       40% of the time on average. Also writes each sleeping call's window
+#       (CLOCK_MONOTONIC) and the thread's id, for the bench to add the time
+#       the thread ran inside those calls (from the kernel's switch records).
 #   workload.py gil DURATION OUT
 #       three threads (gil-1..gil-3) running pure Python without pause, so they
 #       contend for the GIL. A thread that only runs Python runs only while it
@@ -27,8 +29,9 @@
 #       the three threads' CPU time its share of the holding.
 #
 # --blocking at high rates changes what it measures: it holds the threads for
-# ~100 us at each sample, a tenth of the time at 1 kHz; oncpu's idle share
-# comes out about 1.5 points high there (see the README's Accuracy section).
+# ~100 us at each sample, a tenth of the time at 1 kHz, and on a loaded
+# machine oncpu's shares move by 1-1.5 points there (see the README's
+# Accuracy section).
 from __future__ import division, print_function
 
 import json
@@ -137,19 +140,24 @@ def faststack(duration, mean):
     return shares("fast_loop", "flat")
 
 
+_libc = []
+
+
 def thread_cpu():
     """This thread's CPU time, in seconds: time it ran, not time it was stopped."""
     if hasattr(time, "thread_time"):
         return time.thread_time()
     import ctypes
 
+    if not _libc:
+        _libc.append(ctypes.CDLL(None))
     ts = (ctypes.c_long * 2)()
-    ctypes.CDLL(None).clock_gettime(3, ts)  # CLOCK_THREAD_CPUTIME_ID
+    _libc[0].clock_gettime(3, ts)  # CLOCK_THREAD_CPUTIME_ID
     return ts[0] + ts[1] / 1e9
 
 
-def spin(until):
-    while clock() < until:
+def spin(until, now=clock):
+    while now() < until:
         pass
 
 
@@ -157,23 +165,55 @@ def idle_sleep(seconds):
     time.sleep(seconds)
 
 
+def monotonic():
+    """CLOCK_MONOTONIC, in seconds: the clock perf's records are stamped with (-k)."""
+    if hasattr(time, "monotonic"):
+        return time.monotonic()
+    import ctypes
+
+    if not _libc:
+        _libc.append(ctypes.CDLL(None))
+    ts = (ctypes.c_long * 2)()
+    _libc[0].clock_gettime(1, ts)  # CLOCK_MONOTONIC
+    return ts[0] + ts[1] / 1e9
+
+
+def native_tid():
+    if hasattr(threading, "get_native_id"):
+        return threading.get_native_id()
+    import ctypes
+
+    return ctypes.CDLL(None).syscall(186)  # SYS_gettid (x86-64)
+
+
 def oncpu(duration, mean):
     res = {}
 
     def worker():
-        w0 = clock()
+        w0 = monotonic()
         end = w0 + duration
         slept = 0.0
         t = w0
+        windows = []
         while t < end:
-            spin(t + 2 * 0.8 * mean * random.random())
-            s = clock()
+            spin(t + 2 * 0.8 * mean * random.random(), monotonic)
+            s = monotonic()
             idle_sleep(2 * 1.2 * mean * random.random())
-            t = clock()
+            t = monotonic()
+            windows.append((s, t))
             slept += t - s
         wall = t - w0
+        # The time outside the sleeping calls is on CPU (running, or preempted
+        # and ready to run); inside them it is in idle_sleep. The thread also
+        # runs for a while inside each sleeping call (going to sleep, and from
+        # its wake-up to the return), which it cannot see: the bench adds that
+        # from the kernel's context-switch records of its thread, in these
+        # windows (CLOCK_MONOTONIC).
         res["on_cpu"] = 1 - slept / wall
         res["idle_sleep"] = slept / wall
+        res["wall"] = wall
+        res["tid"] = native_tid()
+        res["windows"] = windows
 
     th = threading.Thread(target=worker, name="worker")
     th.start()
