@@ -1274,6 +1274,12 @@ static void maybe_rotate(struct recording *r)
         }
 }
 
+/* The sampling instants' kind (schedule.h): Poisson where each sample holds the program. */
+static enum schedule_kind schedule_kind(const struct options *o)
+{
+        return o->blocking ? SCHEDULE_POISSON : SCHEDULE_STRATIFIED;
+}
+
 /* Sample until stopped. Returns 0, or an exit status for a fatal error. */
 static int record_loop(struct recording *r)
 {
@@ -1284,13 +1290,14 @@ static int record_loop(struct recording *r)
         /*
          * One sample per period, at a uniformly random instant within it
          * (schedule.h): an absolute schedule that no periodic program can
-         * alias with.
+         * alias with. With --blocking, exponential gaps instead, so that the
+         * time right after a hold is sampled like any other.
          */
         uint64_t seed;
         if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != sizeof(seed))
                 seed = (uint64_t)start ^ (uint64_t)getpid() << 32;
         struct schedule sch;
-        schedule_init(&sch, start, period, seed);
+        schedule_init_kind(&sch, schedule_kind(r->o), start, period, seed);
         int prio = sampling_priority();
         snprintf(r->priority, sizeof(r->priority), "%s%s", prio < 0 ? "normal: " : "SCHED_FIFO 1",
                  prio < 0 ? strerror(-prio) : "");
@@ -1420,6 +1427,9 @@ static int set_meta(struct recording *r)
         if (rc == 0)
                 rc = trace_writer_set_meta(r->w, TRACE_META_MODE,
                                            r->o->blocking ? "blocking" : "nonblocking");
+        if (rc == 0)
+                rc = trace_writer_set_meta(r->w, "schedule",
+                                           schedule_kind_name(schedule_kind(r->o)));
         if (rc == 0 && r->o->native)
                 rc = trace_writer_set_meta(r->w, "native", r->o->native_all ? "all" : "merged");
         snprintf(buf, sizeof(buf), "%g", r->o->rate_hz);

@@ -1,9 +1,11 @@
 /*
- * schedule.c - stratified random sampling instants (see schedule.h).
+ * schedule.c - random sampling instants, stratified or Poisson (see
+ * schedule.h).
  */
 #include "schedule.h"
 
 #include <assert.h>
+#include <math.h>
 
 /* xorshift64* (Vigna): fast, and far more uniform than the draws need. */
 static uint64_t next_random(struct schedule *s)
@@ -21,16 +23,43 @@ uint64_t schedule_random(struct schedule *s, uint64_t n)
         return (uint64_t)(((unsigned __int128)next_random(s) * n) >> 64);
 }
 
-/* Draw the instant of slot s->slot: uniform in [slot start, slot end). */
+/* An exponential gap of mean one period, in ns (at most ~37 periods). */
+static int64_t gap(struct schedule *s)
+{
+        double u = ((double)(next_random(s) >> 11) + 0.5) / 9007199254740992.0; /* (0, 1) */
+        return (int64_t)(-log(u) * (double)s->period_ns);
+}
+
+/*
+ * Draw the instant of slot s->slot: uniform in [slot start, slot end); or,
+ * Poisson, the one drawn ahead, and the one after it.
+ */
 static void draw(struct schedule *s)
 {
+        if (s->kind == SCHEDULE_POISSON) {
+                s->due_ns = s->after_ns;
+                s->after_ns = s->due_ns + gap(s);
+                return;
+        }
         int64_t offset = (int64_t)schedule_random(s, (uint64_t)s->period_ns);
         s->due_ns = s->start_ns + (int64_t)s->slot * s->period_ns + offset;
 }
 
+const char *schedule_kind_name(enum schedule_kind kind)
+{
+        return kind == SCHEDULE_POISSON ? "poisson" : "stratified";
+}
+
 void schedule_init(struct schedule *s, int64_t start_ns, int64_t period_ns, uint64_t seed)
 {
+        schedule_init_kind(s, SCHEDULE_STRATIFIED, start_ns, period_ns, seed);
+}
+
+void schedule_init_kind(struct schedule *s, enum schedule_kind kind, int64_t start_ns,
+                        int64_t period_ns, uint64_t seed)
+{
         assert(period_ns > 0);
+        s->kind = kind;
         s->start_ns = start_ns;
         s->period_ns = period_ns;
         s->slot = 0;
@@ -39,6 +68,7 @@ void schedule_init(struct schedule *s, int64_t start_ns, int64_t period_ns, uint
         z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
         z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
         s->rng = (z ^ (z >> 31)) | 1;
+        s->after_ns = kind == SCHEDULE_POISSON ? start_ns + gap(s) : 0;
         draw(s);
 }
 
@@ -46,6 +76,14 @@ uint64_t schedule_catch_up(struct schedule *s, int64_t now_ns)
 {
         if (now_ns - s->due_ns < s->period_ns)
                 return 0;
+        if (s->kind == SCHEDULE_POISSON) {
+                uint64_t missed = 0;
+                for (; now_ns - s->due_ns >= s->period_ns; missed++) {
+                        s->slot++;
+                        draw(s);
+                }
+                return missed;
+        }
         uint64_t now_slot = (uint64_t)((now_ns - s->start_ns) / s->period_ns);
         uint64_t missed = now_slot - s->slot;
         s->slot = now_slot;

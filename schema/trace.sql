@@ -79,6 +79,11 @@
 --     Set by the recorder:
 --       rate_hz         TEXT/INTEGER  requested sampling rate, samples/s per thread
 --       mode            TEXT     "nonblocking" or "blocking" (target stopped per sample)
+--       schedule        TEXT     the sampling instants: "stratified" (one uniform
+--                                instant per period) or "poisson" (exponential
+--                                gaps of one period on average: --blocking);
+--                                absent in files written before 2026-12-04
+--                                (stratified)
 --       native          TEXT     "merged" (pyflame-record --native: native stacks
 --                                merged in, the interpreter's plumbing hidden) or
 --                                "all" (--native-all); absent without native stacks

@@ -408,7 +408,9 @@ static void test_run_to_run(void **state)
  * tens of points that no variance estimate inside one recording can see,
  * and most identical pairs "differ".
  */
-static void record_periodic(double cycle_periods, bool stratified, struct diffstat_side *s,
+enum instants { GRID_JITTER, STRATIFIED, POISSON };
+
+static void record_periodic(double cycle_periods, enum instants how, struct diffstat_side *s,
                             struct diffstat_cell *c)
 {
         const int64_t period = 10000000; /* 10 ms */
@@ -422,9 +424,10 @@ static void record_periodic(double cycle_periods, bool stratified, struct diffst
         memset(c, 0, 2 * sizeof(*c));
         *s = (struct diffstat_side){.samples = n, .blocks = b, .scale = 1.0};
         struct schedule sch;
-        schedule_init(&sch, 0, period, rng_state ^= rng_state << 13);
+        schedule_init_kind(&sch, how == POISSON ? SCHEDULE_POISSON : SCHEDULE_STRATIFIED, 0, period,
+                           rng_state ^= rng_state << 13);
         for (uint64_t i = 0; i < n; i++) {
-                int64_t t = stratified
+                int64_t t = how != GRID_JITTER
                                 ? schedule_due(&sch)
                                 : (int64_t)i * period +
                                       (int64_t)(uniform() * (double)(period / 2)) - period / 4;
@@ -445,14 +448,14 @@ static void record_periodic(double cycle_periods, bool stratified, struct diffst
         }
 }
 
-static double periodic_false_alarms(double cycle_periods, bool stratified, int pairs)
+static double periodic_false_alarms(double cycle_periods, enum instants how, int pairs)
 {
         int alarms = 0;
         for (int i = 0; i < pairs; i++) {
                 struct diffstat_side sa, sb;
                 struct diffstat_cell ca[2], cb[2];
-                record_periodic(cycle_periods, stratified, &sa, ca);
-                record_periodic(cycle_periods, stratified, &sb, cb);
+                record_periodic(cycle_periods, how, &sa, ca);
+                record_periodic(cycle_periods, how, &sb, cb);
                 double p[2], adj[2];
                 for (int r = 0; r < 2; r++) {
                         struct diffstat_result res;
@@ -470,12 +473,15 @@ static void test_periodic_programs(void **state)
         (void)state;
         rng_state = 0x61c8864680b583ebULL;
         for (double cycle = 1; cycle <= 2; cycle++) {
-                double now = periodic_false_alarms(cycle, true, 500);
-                double before = periodic_false_alarms(cycle, false, 500);
+                double now = periodic_false_alarms(cycle, STRATIFIED, 500);
+                double poisson = periodic_false_alarms(cycle, POISSON, 500);
+                double before = periodic_false_alarms(cycle, GRID_JITTER, 500);
                 printf("false alarms, 500 identical pairs of a loop of %g sampling period%s, "
-                       "1000 samples: %.1f%% (a grid plus a quarter period of jitter: %.1f%%)\n",
-                       cycle, cycle > 1 ? "s" : "", 100 * now, 100 * before);
+                       "1000 samples: %.1f%% (--blocking's Poisson instants: %.1f%%; a grid "
+                       "plus a quarter period of jitter: %.1f%%)\n",
+                       cycle, cycle > 1 ? "s" : "", 100 * now, 100 * poisson, 100 * before);
                 assert_true(now <= 0.02);
+                assert_true(poisson <= 0.02);
                 assert_true(before >= 0.5);
         }
 }

@@ -4,7 +4,9 @@
  * old "grid plus a quarter period of jitter" schedule fails), a periodic
  * program's share comes out right whatever its period, missed slots are
  * counted exactly, and late wake-ups or a pass that overruns into the next
- * slot leave the phases uniform. Everything is simulated with fixed seeds: no timing.
+ * slot leave the phases uniform; --blocking's Poisson instants are uniform
+ * too and sample the time right after a sample as often as any other.
+ * Everything is simulated with fixed seeds: no timing.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -209,6 +211,95 @@ static void test_overrun_keeps_phases_uniform(void **state)
         assert_true(chi_square(count, BINS, taken) < CHI2_CRIT_49);
 }
 
+/*
+ * --blocking's Poisson instants: uniform phases (the same chi-square test),
+ * one instant per period on average, and exponential gaps.
+ */
+static void test_poisson_phases_and_rate(void **state)
+{
+        (void)state;
+        for (uint64_t seed = 1; seed <= 5; seed++) {
+                struct schedule s;
+                schedule_init_kind(&s, SCHEDULE_POISSON, 0, PERIOD, seed);
+                uint64_t count[BINS] = {0};
+                const uint64_t n = 200000;
+                int64_t prev = 0;
+                for (uint64_t k = 0; k < n; k++) {
+                        int64_t due = schedule_due(&s);
+                        assert_true(due >= prev);
+                        assert_true(schedule_next_slot(&s) >= due);
+                        count[(size_t)(phase_of(due) * BINS)]++;
+                        prev = due;
+                        int64_t next = schedule_next_slot(&s);
+                        schedule_next(&s);
+                        assert_true(schedule_due(&s) == next); /* the instant drawn ahead */
+                }
+                assert_true(chi_square(count, BINS, n) < CHI2_CRIT_49);
+                /* n gaps of mean PERIOD and sd PERIOD: the mean within 4.5 standard errors. */
+                double mean = (double)prev / (double)n;
+                assert_true(fabs(mean - PERIOD) < 4.5 * PERIOD / sqrt((double)n));
+        }
+}
+
+/*
+ * What the Poisson instants are for. Each --blocking sample holds the
+ * program, which then spends a while right after it (here half a period) in
+ * whatever the hold left it doing. Those stretches must be sampled as often
+ * as the time they take: the share of instants that fall in one must be the
+ * share of time they cover. Stratified instants cannot fall in the rest of
+ * their own slot: they see such stretches about 4 times too little.
+ */
+static double after_sample_bias(enum schedule_kind kind, uint64_t seed, double *time_share)
+{
+        struct schedule s;
+        schedule_init_kind(&s, kind, 0, PERIOD, seed);
+        const int64_t window = PERIOD / 2;
+        const uint64_t n = 200000;
+        int64_t prev = schedule_due(&s), covered = 0;
+        uint64_t inside = 0;
+        for (uint64_t k = 1; k < n; k++) {
+                schedule_next(&s);
+                int64_t t = schedule_due(&s);
+                inside += t - prev < window;
+                covered += t - prev < window ? t - prev : window;
+                prev = t;
+        }
+        *time_share = (double)covered / (double)prev;
+        return (double)inside / (double)(n - 1) - *time_share;
+}
+
+static void test_poisson_samples_the_time_after_a_sample(void **state)
+{
+        (void)state;
+        double cover;
+        for (uint64_t seed = 1; seed <= 3; seed++) {
+                /* 1 - e^-0.5 = 39.3% of the time; binomial sd at n: 0.11 points. */
+                double bias = after_sample_bias(SCHEDULE_POISSON, seed, &cover);
+                assert_true(fabs(cover - 0.393) < 0.01);
+                assert_true(fabs(bias) < 0.005);
+        }
+        /* Stratified: 47.9% of the time, 12.5% of the instants. */
+        double bias = after_sample_bias(SCHEDULE_STRATIFIED, 1, &cover);
+        assert_true(fabs(cover - 0.479) < 0.01);
+        assert_true(bias < -0.3);
+}
+
+static void test_poisson_missed(void **state)
+{
+        (void)state;
+        struct schedule s;
+        schedule_init_kind(&s, SCHEDULE_POISSON, 1000, PERIOD, 42);
+        /* Less than a period late: taken. */
+        int64_t due = schedule_due(&s);
+        assert_int_equal(schedule_catch_up(&s, due + PERIOD - 1), 0);
+        assert_true(schedule_due(&s) == due);
+        /* A stall of 10,000 periods misses about 10,000 instants (sd 100), and no more. */
+        uint64_t missed = schedule_catch_up(&s, due + 10000 * (int64_t)PERIOD);
+        assert_true(missed > 9500 && missed < 10500);
+        assert_true(due + 10000 * (int64_t)PERIOD - schedule_due(&s) < PERIOD);
+        assert_true(s.slot == missed);
+}
+
 static void test_random_choices(void **state)
 {
         (void)state;
@@ -234,6 +325,9 @@ int main(void)
             cmocka_unit_test(test_missed_slots),
             cmocka_unit_test(test_overrun_keeps_phases_uniform),
             cmocka_unit_test(test_late_wakeups_keep_phases_uniform),
+            cmocka_unit_test(test_poisson_phases_and_rate),
+            cmocka_unit_test(test_poisson_samples_the_time_after_a_sample),
+            cmocka_unit_test(test_poisson_missed),
             cmocka_unit_test(test_random_choices),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
