@@ -35,10 +35,10 @@
  * for up to milliseconds, right after the sample. In a stratified schedule
  * the rest of a slot after its sample cannot be sampled again, so that time,
  * which the program spends in whatever it was doing when held, was seen too
- * little: a thread busy 48% of the time came out 1.2-2.1 points less busy
+ * little: a thread busy 49% of the time came out 1.45-1.51 points less busy
  * at 1 kHz under load. Exponential gaps are memoryless: the time right after
- * a sample is as likely to be sampled as any other (the same thread: -0.10
- * and +0.16). Their phases are uniform too, a share's variance is binomial
+ * a sample is as likely to be sampled as any other (the same thread: +0.03
+ * and +0.05). Their phases are uniform too, a share's variance is binomial
  * (what pyflame-diff's floor assumes; stratified is at most that), and the
  * rate is 1/P on average. Missed instants follow the same rule: one a period
  * or more in the past is missed.
