@@ -143,17 +143,29 @@ def faststack(duration, mean):
 _libc = []
 
 
-def thread_cpu():
-    """This thread's CPU time, in seconds: time it ran, not time it was stopped."""
-    if hasattr(time, "thread_time"):
-        return time.thread_time()
+def clock_gettime(clock_id):
+    """clock_gettime(2) through ctypes, for interpreters without the time module's."""
     import ctypes
 
     if not _libc:
         _libc.append(ctypes.CDLL(None))
     ts = (ctypes.c_long * 2)()
-    _libc[0].clock_gettime(3, ts)  # CLOCK_THREAD_CPUTIME_ID
+    _libc[0].clock_gettime(clock_id, ts)
     return ts[0] + ts[1] / 1e9
+
+
+def thread_cpu():
+    """This thread's CPU time, in seconds: time it ran, not time it was stopped."""
+    if hasattr(time, "thread_time"):
+        return time.thread_time()
+    return clock_gettime(3)  # CLOCK_THREAD_CPUTIME_ID
+
+
+def monotonic():
+    """CLOCK_MONOTONIC, in seconds: the clock perf's records are stamped with (-k)."""
+    if hasattr(time, "monotonic"):
+        return time.monotonic()
+    return clock_gettime(1)  # CLOCK_MONOTONIC
 
 
 def spin(until, now=clock):
@@ -163,19 +175,6 @@ def spin(until, now=clock):
 
 def idle_sleep(seconds):
     time.sleep(seconds)
-
-
-def monotonic():
-    """CLOCK_MONOTONIC, in seconds: the clock perf's records are stamped with (-k)."""
-    if hasattr(time, "monotonic"):
-        return time.monotonic()
-    import ctypes
-
-    if not _libc:
-        _libc.append(ctypes.CDLL(None))
-    ts = (ctypes.c_long * 2)()
-    _libc[0].clock_gettime(1, ts)  # CLOCK_MONOTONIC
-    return ts[0] + ts[1] / 1e9
 
 
 def native_tid():
