@@ -72,12 +72,27 @@ void schedule_init_kind(struct schedule *s, enum schedule_kind kind, int64_t sta
         draw(s);
 }
 
+#define STALL_DRAWN 1000 /* periods of a stall whose missed Poisson instants are drawn */
+
 uint64_t schedule_catch_up(struct schedule *s, int64_t now_ns)
 {
         if (now_ns - s->due_ns < s->period_ns)
                 return 0;
         if (s->kind == SCHEDULE_POISSON) {
                 uint64_t missed = 0;
+                /*
+                 * A long stall (a recorder stopped for hours): the instants
+                 * before its last STALL_DRAWN periods are counted by their
+                 * mean, not drawn one by one; the process is memoryless, so
+                 * the instants after do not depend on them.
+                 */
+                int64_t drawn_from = now_ns - STALL_DRAWN * s->period_ns;
+                if (s->due_ns < drawn_from) {
+                        missed = 1 + (uint64_t)((drawn_from - s->due_ns) / s->period_ns);
+                        s->slot += missed;
+                        s->after_ns = drawn_from + gap(s);
+                        draw(s);
+                }
                 for (; now_ns - s->due_ns >= s->period_ns; missed++) {
                         s->slot++;
                         draw(s);

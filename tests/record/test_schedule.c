@@ -298,6 +298,13 @@ static void test_poisson_missed(void **state)
         assert_true(missed > 9500 && missed < 10500);
         assert_true(due + 10000 * (int64_t)PERIOD - schedule_due(&s) < PERIOD);
         assert_true(s.slot == missed);
+        /* A stall of 10^9 periods (four months at 100 Hz): counted at once, about right. */
+        due = schedule_due(&s);
+        int64_t now = due + 1000000000 * (int64_t)PERIOD;
+        missed = schedule_catch_up(&s, now);
+        assert_true(missed > 1000000000 - 200 && missed < 1000000000 + 200);
+        assert_true(now - schedule_due(&s) < PERIOD && schedule_due(&s) <= now + 40 * PERIOD);
+        assert_true(schedule_next_slot(&s) >= schedule_due(&s));
 }
 
 static void test_random_choices(void **state)
