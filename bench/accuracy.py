@@ -167,14 +167,13 @@ def ran_in_windows(recs, windows):
     return total
 
 
-def oncpu_truth(truth, perf, data):
-    """The oncpu case's on-CPU truth with the time it ran inside its sleeping calls."""
-    recs = switch_records(perf, data, truth["tid"])
+def oncpu_truth(truth, recs):
+    """The oncpu case's on-CPU truth with the time it ran inside its sleeping calls
+    (recs: its thread's switch_records)."""
     windows = sorted(tuple(w) for w in truth["windows"])
     if not recs or not windows:
         raise ValueError("no switch records of thread %d" % truth["tid"])
     ran = ran_in_windows(recs, windows)
-    truth["on_cpu_calls"] = truth["on_cpu"]
     truth["on_cpu"] += ran / truth["wall"]
     truth["ran_per_call_us"] = 1e6 * ran / len(windows)
     return truth
@@ -248,7 +247,8 @@ def main():
                             with open(tf) as f:
                                 truth = json.load(f)
                             if case == "oncpu" and perf:
-                                truth = oncpu_truth(truth, perf, pdata)
+                                truth = oncpu_truth(
+                                    truth, switch_records(perf, pdata, truth["tid"]))
                         except (subprocess.SubprocessError, OSError, ValueError) as e:
                             failures.append("%s %s %d Hz %s run %d: %s" % (
                                 label, mode, rate, case, run + 1, e))

@@ -16,13 +16,17 @@ with the truth at the sample's own instant:
 
 Reads that agree with the truth at their instants, and instants that differ
 from the time average, point at the schedule (or at the program being
-disturbed around the samples), not at the reading. Usage:
+disturbed around the samples), not at the reading. It also prints how long
+the thread ran inside each sleeping call by the switch records and by its
+own CPU clock (why the clock cannot be the truth). Usage:
 
   python3 bench/oncpu_instants.py --record build/record/pyflame-record \\
       --extension build/libtrace/pyflame_sqlite --python PY \\
       [--mode blocking] [--rate 1000] [--secs 6] [--load 3]
+  python3 bench/oncpu_instants.py --no-record --python PY   # the calls alone
 
---load N runs N busy loops beside it. Needs perf and the sqlite3 shell.
+--load N runs N busy loops beside it; --no-record runs the workload without
+the recorder (only the per-call figures). Needs perf and the sqlite3 shell.
 """
 import argparse
 import bisect
@@ -42,24 +46,29 @@ WORKLOAD = os.path.join(HERE, "accuracy", "workload.py")
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--record", required=True)
-    ap.add_argument("--extension", required=True,
-                    help="the pyflame_sqlite extension, without .so")
+    ap.add_argument("--record")
+    ap.add_argument("--extension", help="the pyflame_sqlite extension, without .so")
+    ap.add_argument("--no-record", action="store_true",
+                    help="run the workload alone: only the time it ran inside its calls")
     ap.add_argument("--python", required=True)
     ap.add_argument("--mode", default="nonblocking", choices=["nonblocking", "blocking"])
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--secs", type=float, default=6)
     ap.add_argument("--load", type=int, default=0, help="busy loops to run beside it")
     args = ap.parse_args()
+    if not args.no_record and not (args.record and args.extension):
+        ap.error("--record and --extension are needed, unless --no-record")
 
     tmp = tempfile.mkdtemp(prefix="pyflame-instants-")
     db, tf, pd = (os.path.join(tmp, n) for n in ("run.db", "truth.json", "switch.data"))
     hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(args.load)]
     try:
+        record = [] if args.no_record else [args.record, "-q", "-f", "-r", str(args.rate),
+                                            "--" + args.mode, "-o", db, "--"]
         subprocess.run(["perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "--switch-events",
-                        "-e", "dummy", "-o", pd, "--", args.record, "-q", "-f", "-r",
-                        str(args.rate), "--" + args.mode, "-o", db, "--", args.python, WORKLOAD,
-                        "oncpu", str(args.secs), tf, "%.9f" % (1.0 / args.rate)], check=True)
+                        "-e", "dummy", "-o", pd, "--"] + record +
+                       [args.python, WORKLOAD, "oncpu", str(args.secs), tf,
+                        "%.9f" % (1.0 / args.rate), "cpu"], check=True)
     finally:
         for h in hogs:
             h.kill()
@@ -70,6 +79,14 @@ def main():
     times = [r[0] for r in recs]
     windows = sorted(tuple(w) for w in truth["windows"])
     starts = [w[0] for w in windows]
+    on_avg = accuracy.oncpu_truth(dict(truth), recs)
+    print("%s: %d sleeping calls of the worker, each ran %.1f us by the switch records, "
+          "%.1f us by its own CPU clock" % (
+              args.python, len(windows), on_avg["ran_per_call_us"],
+              1e6 * truth["cpu_in_calls"] / len(windows)))
+    on_avg = on_avg["on_cpu"]
+    if args.no_record:
+        return
 
     con = sqlite3.connect(db)
     meta = dict(con.execute("SELECT key, value FROM meta"))
@@ -108,7 +125,6 @@ def main():
         agree += i_at == i_rec and o_at == o_rec
     if not n:
         sys.exit("no samples of the worker thread")
-    on_avg = truth["on_cpu"] + accuracy.ran_in_windows(recs, windows) / truth["wall"]
     print("%s, %s at %d Hz, %d busy loops beside it: %d samples of the worker" % (
         args.python, args.mode, args.rate, args.load, n))
     print("%-10s %12s %18s %9s" % ("", "time average", "truth at instants", "recorded"))

@@ -16,12 +16,13 @@
 #       split (periodic) in this process and in a child it forks, each
 #       measuring its own shares: for recordings of several processes at
 #       once (-s), where each pass reads them in some order.
-#   workload.py oncpu DURATION OUT MEAN_S
+#   workload.py oncpu DURATION OUT MEAN_S [cpu]
 #       a thread named "worker" busy (spin: running, or runnable when
 #       preempted) and asleep (idle_sleep) in turn, for random lengths: busy
 #       40% of the time on average. Also writes each sleeping call's window
 #       (CLOCK_MONOTONIC) and the thread's id, for the bench to add the time
-#       the thread ran inside those calls (from the kernel's switch records).
+#       the thread ran inside those calls (from the kernel's switch records);
+#       with "cpu", also what its own CPU clock says it ran in them.
 #   workload.py gil DURATION OUT
 #       three threads (gil-1..gil-3) running pure Python without pause, so they
 #       contend for the GIL. A thread that only runs Python runs only while it
@@ -143,14 +144,21 @@ def faststack(duration, mean):
 _libc = []
 
 
+def libc():
+    """The C library, through ctypes (loaded once), for what the time and threading
+    modules of older interpreters lack."""
+    if not _libc:
+        import ctypes
+
+        _libc.append(ctypes.CDLL(None))
+    return _libc[0]
+
+
 def clock_gettime(clock_id):
-    """clock_gettime(2) through ctypes, for interpreters without the time module's."""
     import ctypes
 
-    if not _libc:
-        _libc.append(ctypes.CDLL(None))
     ts = (ctypes.c_long * 2)()
-    _libc[0].clock_gettime(clock_id, ts)
+    libc().clock_gettime(clock_id, ts)
     return ts[0] + ts[1] / 1e9
 
 
@@ -180,25 +188,26 @@ def idle_sleep(seconds):
 def native_tid():
     if hasattr(threading, "get_native_id"):
         return threading.get_native_id()
-    import ctypes
-
-    return ctypes.CDLL(None).syscall(186)  # SYS_gettid (x86-64)
+    return libc().syscall(186)  # SYS_gettid (x86-64)
 
 
-def oncpu(duration, mean):
+def oncpu(duration, mean, cpu_clock=False):
     res = {}
 
     def worker():
         w0 = monotonic()
         end = w0 + duration
-        slept = 0.0
+        slept = cpu_in_calls = 0.0
         t = w0
         windows = []
         while t < end:
             spin(t + 2 * 0.8 * mean * random.random(), monotonic)
+            c = thread_cpu() if cpu_clock else 0.0
             s = monotonic()
             idle_sleep(2 * 1.2 * mean * random.random())
             t = monotonic()
+            if cpu_clock:
+                cpu_in_calls += thread_cpu() - c
             windows.append((s, t))
             slept += t - s
         wall = t - w0
@@ -213,6 +222,12 @@ def oncpu(duration, mean):
         res["wall"] = wall
         res["tid"] = native_tid()
         res["windows"] = windows
+        if cpu_clock:
+            # What the thread's own CPU clock says it ran in those calls (and
+            # the clock reads around them), for bench/oncpu_instants.py to set
+            # beside the switch records: on these VMs it charges about twice as
+            # much.
+            res["cpu_in_calls"] = cpu_in_calls
 
     th = threading.Thread(target=worker, name="worker")
     th.start()
@@ -268,7 +283,7 @@ def main():
             theirs = json.load(f)
         truth = {str(os.getpid()): mine, str(child): theirs}
     elif case == "oncpu":
-        truth = oncpu(duration, float(args[0]))
+        truth = oncpu(duration, float(args[0]), args[1:] == ["cpu"])
     elif case == "gil":
         truth = gil(duration)
     else:
