@@ -7,8 +7,13 @@ deep and spins: with the interpreter's own frames below, about 20 native
 frames on 3.11+ (one eval loop activation runs every Python frame), more
 before (each Python call is a few C frames). For each interpreter given:
   1. the recorder's CPU time per sample (meta recorder_cpu_ns / samples) with
-     --native, beside --blocking without native stacks, in the same run (the
-     two alternate on one workload process, --rounds times each);
+     --native, beside --blocking without native stacks, the default mode and
+     --no-bpf, in the same run (the four alternate on one workload process,
+     --rounds times each); and the same in the steady state: the recorder's
+     CPU time (every thread's schedstat) from 1 s after it starts to 0.5 s
+     before it ends, over the samples the trace holds in that window. The
+     --no-bpf row is the floor of any sample on the machine: a timer
+     wake-up and one read from outside;
   2. inside it, from the recorder's own counters (meta native_*): the
      capture while the thread is held (registers, one copy of the stack) per
      thread sample, and the unwinding per stack, warm (no address named for
@@ -130,12 +135,44 @@ def meta(report, db):
     return {k: v for k, v in json.loads(out).get("meta", {}).items()}
 
 
-def record(args, pid, db, native, secs):
+def cpu_ns(pid):
+    """CPU time of every thread of process pid so far, in ns (schedstat: ns, not clock ticks)."""
+    total = 0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # a thread that exited meanwhile
+    return total
+
+
+def samples_between(args, db, start_ns, t0, t1):
+    """Samples of the trace between CLOCK_MONOTONIC instants t0 and t1 (seconds)."""
+    out = subprocess.run([args.report, "--from", "%.6fs" % (t0 - start_ns / 1e9),
+                          "--to", "%.6fs" % (t1 - start_ns / 1e9), db],
+                         stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout
+    return sum(int(line.rsplit(" ", 1)[1]) for line in out.splitlines() if line.strip())
+
+
+def record(args, pid, db, mode, secs):
+    """Record pid for secs with `mode` (an option of pyflame-record); meta, plus the
+    steady state: the recorder's CPU per sample from 1 s after it starts to 0.5 s
+    before it ends (attaching, reading symbol tables and finishing the trace are
+    left out: costs of a recording, not of a sample)."""
     cmd = pin(1) + [args.record, "-q", "-f", "-r", str(args.rate), "-d", str(secs), "-o", db,
-                    "-p", str(pid)]
-    cmd.insert(len(pin(1)) + 1, "--native" if native else "--blocking")
-    subprocess.run(cmd, check=True)
-    return meta(args.report, db)
+                    "-p", str(pid)] + ([mode] if mode else [])
+    rec = subprocess.Popen(cmd)
+    time.sleep(1.0)
+    c0, t0 = cpu_ns(rec.pid), time.monotonic()
+    time.sleep(max(0.5, secs - 1.5))
+    c1, t1 = cpu_ns(rec.pid), time.monotonic()
+    if rec.wait() != 0:
+        raise SystemExit("pyflame-record failed: %s" % " ".join(cmd))
+    m = meta(args.report, db)
+    n = samples_between(args, db, int(m["start_mono_ns"]), t0, t1)
+    m["steady_cpu_us"] = (c1 - c0) / 1000.0 / n if n else float("nan")
+    return m
 
 
 def per(m, num, den):
@@ -161,22 +198,27 @@ def bench(args, py):
                          stdout=subprocess.PIPE, universal_newlines=True)
     assert p.stdout.readline().strip() == "ready"
     time.sleep(0.3)
-    rows = {"blocking": [], "native": []}
+    modes = (("default", None), ("no-bpf", "--no-bpf"), ("blocking", "--blocking"),
+             ("native", "--native"))
+    rows = {name: [] for name, _ in modes}
     try:
         for _ in range(args.rounds):
-            for native in (False, True):
-                m = record(args, p.pid, os.path.join(work, "t.db"), native, args.seconds)
-                rows["native" if native else "blocking"].append(m)
+            for name, opt in modes:
+                m = record(args, p.pid, os.path.join(work, "t.db"), opt, args.seconds)
+                rows[name].append(m)
     finally:
         p.kill()
         p.wait()
     print("Python %s (%s), rate %g Hz, %d rounds of %g s each mode" % (
         ver, py, args.rate, args.rounds, args.seconds))
-    for mode in ("blocking", "native"):
-        ms = rows[mode]
+    print("  recorder CPU per sample, us: whole recording (meta) | steady state; medians (runs)")
+    for name, _ in modes:
+        ms = rows[name]
         cpu = [per(m, "recorder_cpu_ns", "samples") for m in ms]
-        print("  --%-9s recorder CPU per sample: median %.1f us (runs: %s)" % (
-            mode, statistics.median(cpu), ", ".join("%.1f" % c for c in cpu)))
+        steady = [m["steady_cpu_us"] for m in ms]
+        print("  %-9s %6.1f (%s) | %6.1f (%s)" % (
+            name, statistics.median(cpu), ", ".join("%.1f" % c for c in cpu),
+            statistics.median(steady), ", ".join("%.1f" % c for c in steady)))
     ms = rows["native"]
     frames = [int(m.get("native_frames") or 0) / max(1, int(m.get("native_unwinds") or 0))
               for m in ms]
