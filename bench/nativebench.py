@@ -34,8 +34,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+
+from recordbench import wake_floor
 
 EXT_C = r'''
 #include <Python.h>
@@ -146,19 +147,6 @@ def cpu_ns(pid):
         except (OSError, ValueError, IndexError):
             pass  # a thread that exited meanwhile
     return total
-
-
-def wake_cost(period, n):
-    """CPU time (us) one timer wake-up costs this process after sleeping `period`
-    seconds: n sleeps, timed by this thread's schedstat."""
-    def cpu():
-        with open("/proc/self/task/%d/schedstat" % threading.get_native_id()
-                  if hasattr(threading, "get_native_id") else "/proc/self/schedstat") as f:
-            return int(f.read().split()[0])
-    c0 = cpu()
-    for _ in range(n):
-        time.sleep(period)
-    return (cpu() - c0) / n / 1000.0
 
 
 def samples_between(args, db, start_ns, t0, t1):
@@ -273,8 +261,8 @@ def main():
     home = os.path.expanduser("~/.pyenv/versions")
     print("one timer wake-up of a process that only sleeps costs %.1f us of CPU after %g ms, "
           "%.1f us after 1 ms (the floor of any sample at these rates)" % (
-              wake_cost(1.0 / args.rate, int(2 * args.rate)), 1000.0 / args.rate,
-              wake_cost(0.001, 2000)))
+              wake_floor(1.0 / args.rate, int(2 * args.rate)), 1000.0 / args.rate,
+              wake_floor()))
     pys = args.python or [os.path.join(home, v, "bin", "python") for v in ("3.12.1", "3.9.18")]
     for py in pys:
         if os.path.exists(py):

@@ -79,12 +79,12 @@ def main():
     times = [r[0] for r in recs]
     windows = sorted(tuple(w) for w in truth["windows"])
     starts = [w[0] for w in windows]
-    on_avg = accuracy.oncpu_truth(dict(truth), recs)
+    avg = accuracy.oncpu_truth(dict(truth), recs)
     print("%s: %d sleeping calls of the worker, each ran %.1f us by the switch records, "
           "%.1f us by its own CPU clock" % (
-              args.python, len(windows), on_avg["ran_per_call_us"],
+              args.python, len(windows), avg["ran_per_call_us"],
               1e6 * truth["cpu_in_calls"] / len(windows)))
-    on_avg = on_avg["on_cpu"]
+    on_avg = avg["on_cpu"]
     if args.no_record:
         return
 

@@ -94,15 +94,17 @@ def record(args, pid, rate, secs, mode, db):
     return info(args.report, db)
 
 
-def wake_floor():
+def wake_floor(period=0.001, n=2000):
     """CPU time one timer wake-up costs on this machine (us), from a C-free
-    measurement: 2000 sleeps of 1 ms by this Python process."""
+    measurement: n sleeps of `period` seconds by this Python process (the
+    cost grows with the sleep on a VM: bench/nativebench.py prints it at
+    its rate too)."""
     import resource
     r0 = resource.getrusage(resource.RUSAGE_SELF)
-    for _ in range(2000):
-        time.sleep(0.001)
+    for _ in range(n):
+        time.sleep(period)
     r1 = resource.getrusage(resource.RUSAGE_SELF)
-    return ((r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)) / 2000 * 1e6
+    return ((r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)) / n * 1e6
 
 
 # A rate no recorder reaches: samples are taken back to back, with no wait
