@@ -149,6 +149,7 @@ static void names_clear(struct pytasks *t)
 {
         for (size_t i = 0; i < t->names_cap; i++) {
                 if (t->names[i].code) {
+                        /* group is static */
                         free((char *)t->names[i].code->name);
                         free(t->names[i].code);
                 }
@@ -577,12 +578,19 @@ static int task_name(struct pywalk *w, uint64_t task, uint64_t obj, const struct
         }
         char *name = NULL;
         uint64_t counter;
+        bool made_up = false; /* a name CPython made up: "Task-<counter>" */
         int rc = obj ? pywalk_str_read(w, obj, &name) : 1;
         if (rc == 1 && obj && pywalk_int_read(w, obj, &counter) == 0) {
+                /* 3.12+: the counter, formatted only when the name is asked for */
                 char buf[32];
                 snprintf(buf, sizeof(buf), "Task-%llu", (unsigned long long)counter);
                 name = strdup(buf);
                 rc = name ? 0 : -ENOMEM;
+                made_up = true;
+        } else if (rc == 0) {
+                /* 3.8-3.11 format it at once; a name given in that form is taken as one */
+                made_up = strncmp(name, "Task-", 5) == 0 && name[5] &&
+                          strspn(name + 5, "0123456789") == strlen(name + 5);
         }
         if (rc == 1) { /* 3.7: tasks have no names; or one we cannot read */
                 name = strdup("Task");
@@ -600,7 +608,8 @@ static int task_name(struct pywalk *w, uint64_t task, uint64_t obj, const struct
                                   .qualname = NULL,
                                   .file = "<task>",
                                   .first_line = -1,
-                                  .task = true};
+                                  .task = true,
+                                  .group = made_up ? "Task-N" : NULL};
         t->names[j] = (struct name_entry){task, obj, c};
         t->names_n++;
         *out = c;

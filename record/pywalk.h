@@ -34,6 +34,12 @@ struct pywalk_code {
         const char *file;     /* co_filename, UTF-8 */
         int32_t first_line;   /* co_firstlineno */
         bool task;            /* not code: an asyncio task, `name` its name (pywalk_tasks()) */
+        /*
+         * A task's: the name its frame carries in a trace when not `name`:
+         * "Task-N" for a name CPython made up ("Task-<counter>"), so that the
+         * many tasks of one kind share their stacks; NULL otherwise.
+         */
+        const char *group;
 };
 
 struct pywalk_frame {

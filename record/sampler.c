@@ -667,7 +667,7 @@ static int frame_id(struct sampler *s, const struct pywalk_frame *f, uint32_t *o
         }
         bool native = (f->code->id & NATIVE_CODE_BIT) != 0;
         struct trace_frame_desc d = {
-            .function = f->code->name,
+            .function = f->code->group ? f->code->group : f->code->name,
             .qualname = f->code->qualname,
             .file = f->code->file,
             .line = f->line,

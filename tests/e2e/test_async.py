@@ -12,7 +12,7 @@ the share of task-time in each chain is what the workload knows (8 of the
 tasks in the "database" chain, 2 in the "cache" one); the CPU-bound task's
 stacks are its thread's stacks from its coroutine on; the tasks of the second
 loop belong to its thread; short-lived tasks made at a high rate do not upset
-the rest; under --blocking, the slots held over count every task too.
+the rest, and those CPython names ("Task-<counter>") share the frame "Task-N"; under --blocking, the slots held over count every task too.
 Where task layouts are unknown (2.7, 3.6), --async is refused with
 a message and the threads are still recorded. `pyflame-record --dump --async`
 prints the task tree.
@@ -246,6 +246,20 @@ def test_version(r, label, py):
     r.check("%s: short-lived tasks seen, their spawner always" % tag,
             sum(churn) > 0 and abs(sum(spawner) - main_samples) <= 2,
             "churn %d spawner %d" % (sum(churn), sum(spawner)))
+    if names:
+        # Tasks CPython named ("Task-<counter>") share one frame "Task-N", so the
+        # stacks of a program making tasks all the time do not grow with their
+        # number; each task's stream keeps its own name.
+        heads = {l[0] for l, _ in rows if len(l) > 1 and frame(l[1])[0] == "churn_one"}
+        numbered = con.execute(
+            "SELECT count(*) FROM frames f JOIN strings s ON s.id = f.function "
+            "WHERE f.kind = 3 AND s.value GLOB 'Task-[0-9]*'").fetchone()[0]
+        streams = con.execute("SELECT count(*) FROM threads WHERE task_of IS NOT NULL AND "
+                              "name GLOB 'Task-[0-9]*'").fetchone()[0]
+        r.check("%s: unnamed tasks share the frame Task-N, their streams keep their names "
+                "(%d streams)" % (tag, streams),
+                heads == {"churn", "Task-N"} and numbered == 0 and streams > 0,
+                "heads %s, %d numbered task frames" % (sorted(heads), numbered))
     # The other views take --async too.
     by_fn = r.rep(["--async", "--by-function", "--top", "0", db])
     m = re.search(r"^\s*\d+\s+[\d.]+\s+(\d+)\s+[\d.]+\s+db_query\s", by_fn, re.M)

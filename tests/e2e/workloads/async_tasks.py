@@ -12,7 +12,8 @@ One event loop (the main thread) runs:
   (group_child -> asyncio.sleep);
 - "cpu": burn, CPU-bound, yielding to the loop now and then;
 - the main task "main", awaiting asyncio.sleep;
-- "spawner": creates a short-lived task ("churn") every millisecond or so.
+- "spawner": creates a short-lived task every millisecond or so, named
+  "churn" and unnamed in turn (CPython names those "Task-<counter>").
 A second thread "side-loop" runs a loop of its own with 4 tasks "side-N"
 (side_wait -> asyncio.sleep).
 Lines are marked with comments the test looks for (AWAIT-xxx).
@@ -87,8 +88,11 @@ async def churn_one():
 
 
 async def spawner():
+    n = 0
     while True:
-        spawn(churn_one(), "churn")
+        # Every other one unnamed: CPython names it "Task-<counter>".
+        spawn(churn_one(), "churn" if n % 2 else None)
+        n += 1
         await asyncio.sleep(0.001)  # AWAIT-SPAWN
 
 
