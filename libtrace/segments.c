@@ -3,12 +3,16 @@
  * into one trace (pyflame-record's flight recorder writes its snapshot so).
  *
  * A rotation (trace_writer_rotate) leaves files that share one writer's
- * ids: every string, frame, stack, thread and process of an earlier file
- * has the same id, with the same content, in every later one, and each
- * later file knows at least as much. Their times are relative to each
+ * ids: every string, frame, stack and process of an earlier file has the
+ * same id, with the same content, in every later one, and each later file
+ * knows at least as much. Threads (and tasks' streams) are the exception:
+ * a later file holds only those with samples in it, numbered in its own
+ * order, so a program that makes a thread per request does not fill every
+ * file with all the threads it ever had; they are matched by what they are
+ * (join_threads()). Their times are relative to each
  * file's start on the one monotonic clock of the recorder, and each file
  * starts where the one before ended. Joining them is therefore a copy in
- * SQL, with no id mapped: the last file's dictionaries, then every file's
+ * SQL, with only thread refs mapped: the last file's dictionaries, then every file's
  * sample chunks with their times moved onto the first file's time line
  * (a chunk's blob holds times relative to its own first_ns, so it is
  * copied as it is), summed error and stack counts, and the thread spans
@@ -120,7 +124,10 @@ static int read_info(sqlite3 *db, struct segment_info *si)
         return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-/* The last file's dictionaries, moved onto the first file's time line. */
+/*
+ * The last file's dictionaries, moved onto the first file's time line.
+ * Threads are not among them: each file has its own (join_threads()).
+ */
 static int copy_dictionaries(sqlite3 *db, int64_t shift)
 {
         static const char *const sql[] = {
@@ -131,9 +138,6 @@ static int copy_dictionaries(sqlite3 *db, int64_t shift)
             "INSERT INTO main.stacks SELECT id, parent, frame, depth FROM seg.stacks WHERE id > 0",
             "INSERT INTO main.processes SELECT pid, cmdline, python_version, python_build, "
             "exit_status, end_ns + ?1, recording, source_pid FROM seg.processes",
-            "INSERT INTO main.threads(ref, pid, tid, python_thread_id, name, samples, task_of, "
-            "task_addr) SELECT ref, pid, tid, python_thread_id, name, 0, task_of, task_addr "
-            "FROM seg.threads",
             "INSERT INTO main.sources SELECT file, size, mtime_ns, encoding, data FROM seg.sources",
             "DELETE FROM main.meta",
             "INSERT INTO main.meta SELECT key, value FROM seg.meta",
@@ -141,6 +145,48 @@ static int copy_dictionaries(sqlite3 *db, int64_t shift)
         int rc = SQLITE_OK;
         for (size_t i = 0; rc == SQLITE_OK && i < sizeof(sql) / sizeof(sql[0]); i++)
                 rc = exec2(db, sql[i], shift, 0);
+        return rc;
+}
+
+/*
+ * The threads and tasks' streams of one file, joined to those of the files
+ * before by what they are (the writer's key: pid, tid, Python thread id; a
+ * task's stream: its thread and its Task's address), new ones given the
+ * next refs; temp.tmap says which ref of the join each of the file's refs
+ * is. A file written before a rotation numbered its streams as the writer
+ * did, and a later one only those it has samples of, in its own order.
+ */
+static int join_threads(sqlite3 *db)
+{
+        static const char *const sql[] = {
+            "DELETE FROM temp.tmap",
+            "INSERT INTO main.threads(ref, pid, tid, python_thread_id, name, samples) "
+            "SELECT (SELECT coalesce(max(ref), 0) FROM main.threads) + row_number() OVER "
+            "(ORDER BY s.ref), s.pid, s.tid, s.python_thread_id, s.name, 0 FROM seg.threads s "
+            "WHERE s.task_of IS NULL AND NOT EXISTS (SELECT 1 FROM main.threads m WHERE "
+            "m.pid = s.pid AND m.tid IS s.tid AND m.python_thread_id IS s.python_thread_id AND "
+            "m.task_of IS NULL AND m.task_addr IS NULL) ORDER BY s.ref",
+            "INSERT INTO temp.tmap SELECT s.ref, m.ref FROM seg.threads s JOIN main.threads m ON "
+            "m.pid = s.pid AND m.tid IS s.tid AND m.python_thread_id IS s.python_thread_id AND "
+            "m.task_of IS NULL AND m.task_addr IS NULL WHERE s.task_of IS NULL",
+            "INSERT INTO main.threads(ref, pid, tid, python_thread_id, name, samples, task_of, "
+            "task_addr) SELECT (SELECT coalesce(max(ref), 0) FROM main.threads) + row_number() "
+            "OVER (ORDER BY s.ref), s.pid, s.tid, s.python_thread_id, s.name, 0, p.joined, "
+            "s.task_addr FROM seg.threads s JOIN temp.tmap p ON p.ref = s.task_of WHERE NOT "
+            "EXISTS (SELECT 1 FROM main.threads m WHERE m.pid = s.pid AND m.tid IS s.tid AND "
+            "m.python_thread_id IS s.python_thread_id AND m.task_of = p.joined AND "
+            "m.task_addr IS s.task_addr) ORDER BY s.ref",
+            "INSERT INTO temp.tmap SELECT s.ref, m.ref FROM seg.threads s JOIN temp.tmap p ON "
+            "p.ref = s.task_of JOIN main.threads m ON m.pid = s.pid AND m.tid IS s.tid AND "
+            "m.python_thread_id IS s.python_thread_id AND m.task_of = p.joined AND "
+            "m.task_addr IS s.task_addr",
+            /* A stream's name is its latest. */
+            "UPDATE main.threads SET name = s.name FROM seg.threads s JOIN temp.tmap t ON "
+            "t.ref = s.ref WHERE main.threads.ref = t.joined AND main.threads.name IS NOT s.name",
+        };
+        int rc = SQLITE_OK;
+        for (size_t i = 0; rc == SQLITE_OK && i < sizeof(sql) / sizeof(sql[0]); i++)
+                rc = exec2(db, sql[i], 0, 0);
         return rc;
 }
 
@@ -154,11 +200,11 @@ static int copy_samples(sqlite3 *db, int64_t shift, bool in_place, int64_t base)
 {
         static const char *const sql[] = {
             "INSERT INTO main.sample_chunks(thread, first_ns, last_ns, count, data) "
-            "SELECT thread, first_ns + ?1, last_ns + ?1, count, data FROM seg.sample_chunks "
-            "ORDER BY id",
+            "SELECT t.joined, c.first_ns + ?1, c.last_ns + ?1, c.count, c.data "
+            "FROM seg.sample_chunks c JOIN temp.tmap t ON t.ref = c.thread ORDER BY c.id",
             "INSERT INTO main.sample_chunks(id, thread, first_ns, last_ns, count, data) "
-            "SELECT id + ?2, thread, first_ns + ?1, last_ns + ?1, count, X'' "
-            "FROM seg.sample_chunks ORDER BY id",
+            "SELECT c.id + ?2, t.joined, c.first_ns + ?1, c.last_ns + ?1, c.count, X'' "
+            "FROM seg.sample_chunks c JOIN temp.tmap t ON t.ref = c.thread ORDER BY c.id",
             "INSERT INTO main.errors SELECT pid, kind, count FROM seg.errors WHERE true "
             "ON CONFLICT(pid, kind) DO UPDATE SET count = count + excluded.count",
             "INSERT INTO main.stack_counts SELECT stack, state, samples FROM seg.stack_counts "
@@ -414,8 +460,18 @@ static int copy_segments(struct trace_writer *w, sqlite3 *db, const struct segme
                          size_t n, const char *out, const char *gaps, struct trace_set_file *files)
 {
         /* One transaction a file: SQLite detaches no database inside one. */
-        const char *failed = NULL;
-        int src = SQLITE_OK;
+        const char *failed = out;
+        /*
+         * Threads are matched by what they are (join_threads()): an index for
+         * it while joining, and each file's refs mapped to the join's in tmap.
+         */
+        int src = exec2(db,
+                        "CREATE INDEX main.join_thread_key ON threads(pid, tid, python_thread_id, "
+                        "task_of, task_addr)",
+                        0, 0);
+        if (src == SQLITE_OK)
+                src = exec2(db, "CREATE TEMP TABLE tmap(ref INTEGER PRIMARY KEY, joined INTEGER)",
+                            0, 0);
         for (size_t i = 0; src == SQLITE_OK && i < n; i++) {
                 failed = si[i].path;
                 int64_t shift = si[i].start_mono - si[0].start_mono;
@@ -429,6 +485,7 @@ static int copy_segments(struct trace_writer *w, sqlite3 *db, const struct segme
                  * samples use even while the recorder adds to the file.
                  */
                 if ((src = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL)) == SQLITE_OK &&
+                    (src = join_threads(db)) == SQLITE_OK &&
                     (i + 1 < n || (src = copy_dictionaries(db, shift)) == SQLITE_OK) &&
                     (src = copy_samples(db, shift, files != NULL, base)) == SQLITE_OK &&
                     (!files || (src = last_chunk_id(db, &files[i].last_id)) == SQLITE_OK))
@@ -441,7 +498,9 @@ static int copy_segments(struct trace_writer *w, sqlite3 *db, const struct segme
         }
         if (src == SQLITE_OK) {
                 failed = out;
-                if ((src = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL)) == SQLITE_OK &&
+                if ((src = exec2(db, "DROP INDEX main.join_thread_key", 0, 0)) == SQLITE_OK &&
+                    (src = exec2(db, "DROP TABLE temp.tmap", 0, 0)) == SQLITE_OK &&
+                    (src = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL)) == SQLITE_OK &&
                     (src = summarize(db, &si[0], &si[n - 1])) == SQLITE_OK &&
                     (!gaps || !gaps[0] || (src = set_meta_text(db, "gaps", gaps)) == SQLITE_OK))
                         src = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);

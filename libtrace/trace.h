@@ -336,9 +336,11 @@ TRACE_API int trace_writer_add_recording(struct trace_writer *w, struct trace_re
  * meta segment_set, segment numbers following each other, `paths` in that
  * order) into ONE trace at `out` (flags as for trace_writer_create), as
  * if they had been recorded as one: one time line from the first file's
- * start (the files share their ids and their monotonic clock), the
- * samples and error counts of all, the processes, threads and sources
- * the last file knows. Nothing is shifted or guessed: a gap between two
+ * start (the files share their ids and their monotonic clock; each lists
+ * the threads it has samples of, matched across files by pid, tid and
+ * Python thread id, a task's stream by its thread and Task address), the
+ * samples and error counts of all, the threads of all, the processes and
+ * sources the last file knows. Nothing is shifted or guessed: a gap between two
  * files (one missing) is refused.
  *
  * Returns 0, or a negative status; as for trace_writer_create, *out_w is

@@ -82,6 +82,15 @@ struct wthread {
         uint32_t task_of;   /* an asyncio task's stream: the thread running its loop; 0: a thread */
         uint64_t task_addr; /* the Task object, for a task's stream */
         bool dirty;         /* its row must be (re)written */
+        /*
+         * Its ref in the file being written, 0 until its row is first written
+         * there. The same as its ref in a rotation's first file (every stream
+         * is written there, in order); after a rotation a file holds only the
+         * streams that have samples in it (or were renamed), numbered densely
+         * in the order they come (trace_join_segments() joins them by what
+         * they are).
+         */
+        uint32_t file_ref;
         /* The chunk being filled. */
         struct pf_buf buf;
         struct chunk_encoder enc;
@@ -232,6 +241,8 @@ struct trace_writer {
         struct wthread *threads;
         uint32_t n_threads, cap_threads;
         struct idmap thread_index;
+        /* Refs given in the file being written (wthread.file_ref), and committed. */
+        uint32_t n_file_threads, committed_file_threads;
 
         struct wchunk *sealed;
         size_t n_sealed, cap_sealed;
@@ -820,6 +831,9 @@ TRACE_API int trace_writer_set_thread_name(struct trace_writer *w, uint32_t thre
         if (thread_ref == 0 || thread_ref > w->n_threads)
                 return fail(w, TRACE_ERR_ARG, "unknown thread ref %u", thread_ref);
         struct wthread *th = &w->threads[thread_ref];
+        /* The same name again writes nothing (nor puts the thread in a rotated file). */
+        if (th->name && name ? !strcmp(th->name, name) : th->name == name)
+                return 0;
         if (replace_string(&th->name, name) < 0)
                 return fail_nomem(w);
         th->dirty = true;
@@ -1042,7 +1056,7 @@ static int write_chunk(struct trace_writer *w, uint32_t thread, const struct chu
                        const struct pf_buf *data)
 {
         sqlite3_stmt *st = w->stmt[ST_CHUNK];
-        sqlite3_bind_int64(st, 1, thread);
+        sqlite3_bind_int64(st, 1, w->threads[thread].file_ref);
         sqlite3_bind_int64(st, 2, e->first_ns);
         sqlite3_bind_int64(st, 3, e->last_ns);
         sqlite3_bind_int64(st, 4, e->count);
@@ -1156,12 +1170,28 @@ static int write_pending(struct trace_writer *w)
         for (size_t i = 0; rc == SQLITE_OK && i < w->n_recordings; i++)
                 if (w->recordings[i].dirty)
                         rc = write_recording(w, (uint32_t)i + 1, &w->recordings[i]);
+        /*
+         * Refs in this file for the streams written to it the first time, in
+         * order (a task's thread before it: it has the lower ref, or is given
+         * one here, and its row written, when the task comes).
+         */
+        for (uint32_t i = 1; i <= w->n_threads; i++) {
+                struct wthread *t = &w->threads[i];
+                if (!t->dirty || t->file_ref)
+                        continue;
+                struct wthread *of = t->task_of ? &w->threads[t->task_of] : NULL;
+                if (of && !of->file_ref) {
+                        of->file_ref = ++w->n_file_threads;
+                        of->dirty = true;
+                }
+                t->file_ref = ++w->n_file_threads;
+        }
         st = w->stmt[ST_THREAD];
         for (uint32_t i = 1; rc == SQLITE_OK && i <= w->n_threads; i++) {
                 const struct wthread *t = &w->threads[i];
                 if (!t->dirty)
                         continue;
-                sqlite3_bind_int64(st, 1, i);
+                sqlite3_bind_int64(st, 1, t->file_ref);
                 sqlite3_bind_int64(st, 2, t->pid);
                 bind_int_or_null(st, 3, t->tid, t->tid >= 0);
                 bind_int_or_null(st, 4, (int64_t)t->python_thread_id, t->python_thread_id != 0);
@@ -1169,7 +1199,8 @@ static int write_pending(struct trace_writer *w)
                 bind_int_or_null(st, 6, t->first_ns, t->samples > 0);
                 bind_int_or_null(st, 7, t->last_ns, t->samples > 0);
                 sqlite3_bind_int64(st, 8, (int64_t)t->samples);
-                bind_int_or_null(st, 9, t->task_of, t->task_of != 0);
+                bind_int_or_null(st, 9, t->task_of ? w->threads[t->task_of].file_ref : 0,
+                                 t->task_of != 0);
                 bind_int_or_null(st, 10, (int64_t)t->task_addr, t->task_of != 0);
                 rc = run(st);
         }
@@ -1236,11 +1267,19 @@ static void mark_committed(struct trace_writer *w)
         w->committed_sources = w->n_sources;
         for (size_t i = 0; i < w->n_processes; i++)
                 w->processes[i].dirty = false;
+        w->committed_file_threads = w->n_file_threads;
         for (uint32_t i = 1; i <= w->n_threads; i++) {
                 struct wthread *t = &w->threads[i];
                 t->dirty = false;
-                /* Keep the buffer's memory for the next chunk. */
-                t->buf.len = 0;
+                /*
+                 * Keep the buffer's memory for the next chunk, unless the
+                 * thread had no sample since the last flush: one gone (a
+                 * program making a thread per request makes thousands).
+                 */
+                if (t->enc.count)
+                        t->buf.len = 0;
+                else
+                        pf_buf_free(&t->buf);
                 memset(&t->enc, 0, sizeof(t->enc));
         }
         for (size_t i = 0; i < w->n_sealed; i++)
@@ -1301,6 +1340,11 @@ static int flush(struct trace_writer *w, sqlite3 *sources_from)
         if (src != SQLITE_OK) {
                 rc = fail_sqlite(w, src, "cannot write the trace");
                 sqlite3_exec(w->db, "ROLLBACK", NULL, NULL, NULL);
+                /* The refs given in the file by this write are not in it. */
+                for (uint32_t i = 1; i <= w->n_threads; i++)
+                        if (w->threads[i].file_ref > w->committed_file_threads)
+                                w->threads[i].file_ref = 0;
+                w->n_file_threads = w->committed_file_threads;
                 return rc;
         }
         mark_committed(w);
@@ -1823,7 +1867,8 @@ static void drop_meta(struct trace_writer *w, const char *key)
 /*
  * After a rotation: what the new file must hold is everything interned so
  * far (so that every id stays valid) and, counted afresh, the samples,
- * errors, stack counts and thread spans from the cut on.
+ * errors, stack counts and thread spans from the cut on; of the threads
+ * (and tasks' streams), those with samples from the cut on.
  */
 static void restart_counts(struct trace_writer *w, int64_t shift_ns)
 {
@@ -1836,12 +1881,15 @@ static void restart_counts(struct trace_writer *w, int64_t shift_ns)
                         p->end_ns -= shift_ns; /* before the new start: negative */
                 p->dirty = true;
         }
+        /* A stream is in the new file once it has samples there (or a new name). */
         for (uint32_t i = 1; i <= w->n_threads; i++) {
                 struct wthread *t = &w->threads[i];
                 t->first_ns = t->last_ns = -1;
                 t->samples = 0;
-                t->dirty = true;
+                t->dirty = false;
+                t->file_ref = 0;
         }
+        w->n_file_threads = w->committed_file_threads = 0;
         memset(w->stack_counts, 0, (size_t)w->cap_stack_counts * sizeof(*w->stack_counts));
         for (size_t i = 0; i < w->n_errors; i++) {
                 memset(w->errors[i].n, 0, sizeof(w->errors[i].n));

@@ -591,8 +591,11 @@ static bool has_process(struct trace_reader *r, int32_t pid, int *exit_status)
 /*
  * Workers that end and threads that stop being sampled: every rotated file
  * still reads on its own (thread refs 1, 2, 3... as readers require), with
- * every thread and process so far (an ended process with its exit status),
- * and a set and a join count each thread's samples once.
+ * every process so far (an ended process with its exit status) but only
+ * the threads and tasks' streams sampled in it (a program that makes a
+ * thread per request must not fill every file with all it ever had), and a
+ * set and a join count each stream's samples once, under one ref, a task
+ * still its thread's.
  */
 static void test_rotate_workers_come_and_go(void **state)
 {
@@ -611,7 +614,7 @@ static void test_rotate_workers_come_and_go(void **state)
         tu_must(w, trace_writer_add_process(w, &pa), "process");
         tu_must(w, trace_writer_add_process(w, &pb), "process");
         /* Refs 1-3 in process 100 (a1 always sampled, a2 in files 0 and 2, a3 in 0), 4 in 200. */
-        uint32_t ref[5];
+        uint32_t ref[6];
         const struct trace_thread_desc td[] = {
             {100, 101, 0, "a1"}, {100, 102, 0, "a2"}, {100, 103, 0, "a3"}, {200, 201, 0, "b1"}};
         for (int i = 0; i < 4; i++)
@@ -620,13 +623,18 @@ static void test_rotate_workers_come_and_go(void **state)
         uint32_t frame, stack;
         tu_must(w, trace_writer_intern_frame(w, &fd, &frame), "frame");
         tu_must(w, trace_writer_intern_stack(w, TRACE_STACK_EMPTY, frame, &stack), "stack");
-        /* Which threads are sampled in each file. */
-        static const unsigned sampled[3] = {0x1e, 0x02, 0x06};
+        /* Which threads are sampled in each file; ref 5: a task of a2's loop. */
+        static const unsigned sampled[3] = {0x1e, 0x02, 0x26};
         int64_t t = trace_writer_origin_ns(w);
         for (int file_i = 0; file_i < 3; file_i++) {
+                if (file_i == 2) {
+                        struct trace_task_desc task = {ref[2], 0x7f0010, "fetch"};
+                        tu_must(w, trace_writer_add_task(w, &task, &ref[5]), "task");
+                        assert_int_equal(ref[5], 5);
+                }
                 for (int k = 0; k < 10; k++) {
                         t += STEP_NS;
-                        for (uint32_t i = 1; i <= 4; i++)
+                        for (uint32_t i = 1; i <= 5; i++)
                                 if (sampled[file_i] & (1u << i))
                                         tu_must(w, trace_writer_add_sample(w, ref[i], t, stack, 1),
                                                 "sample");
@@ -644,10 +652,28 @@ static void test_rotate_workers_come_and_go(void **state)
         tu_must(w, trace_writer_finalize(w), "finalize");
         trace_writer_free(w);
 
-        /* Each file on its own. */
+        /*
+         * Each file on its own: its streams numbered from 1 in the order the
+         * writer has them (file 1: a1; file 2: a1, a2, a2's task).
+         */
+        static const char *const names[3][5] = {
+            {"a1", "a2", "a3", "b1"}, {"a1"}, {"a1", "a2", "fetch"}};
+        static const unsigned refs[3] = {0x1e, 0x02, 0x0e};
         for (int i = 0; i < 3; i++) {
                 struct trace_reader *r = open_or_fail(file[i]);
-                assert_int_equal(thread_refs(r, 0, NULL), 0x1e);
+                assert_int_equal(thread_refs(r, 0, NULL), refs[i]);
+                for (uint32_t k = 0; k < trace_reader_thread_count(r); k++) {
+                        struct trace_thread th;
+                        uint32_t of = 0;
+                        uint64_t addr = 0;
+                        assert_int_equal(trace_reader_thread_at(r, k, &th), 0);
+                        assert_string_equal(th.name, names[i][th.ref - 1]);
+                        assert_int_equal(th.samples, 10);
+                        int task = trace_reader_thread_task(r, k, &of, &addr);
+                        assert_int_equal(task, !strcmp(th.name, "fetch"));
+                        if (task)
+                                assert_int_equal(of, 2); /* a2, in this file */
+                }
                 int status = -2;
                 assert_true(has_process(r, 100, NULL));
                 assert_true(has_process(r, 200, &status));
@@ -667,12 +693,20 @@ static void test_rotate_workers_come_and_go(void **state)
         struct trace_reader *one = open_or_fail(joined);
         struct trace_reader *both[] = {set, one};
         for (int k = 0; k < 2; k++) {
-                static const uint64_t want[5] = {0, 30, 20, 10, 10};
-                for (uint32_t i = 1; i <= 4; i++) {
+                static const uint64_t want[6] = {0, 30, 20, 10, 10, 10};
+                for (uint32_t i = 1; i <= 5; i++) {
                         uint64_t n = 0;
-                        assert_int_equal(thread_refs(both[k], i, &n), 0x1e);
+                        assert_int_equal(thread_refs(both[k], i, &n), 0x3e);
                         assert_int_equal(n, want[i]);
                 }
+                struct trace_thread th;
+                uint32_t of = 0;
+                uint64_t addr = 0;
+                assert_int_equal(trace_reader_thread_at(both[k], 4, &th), 0);
+                assert_string_equal(th.name, "fetch");
+                assert_int_equal(trace_reader_thread_task(both[k], 4, &of, &addr), 1);
+                assert_int_equal(of, 2);
+                assert_int_equal(addr, 0x7f0010);
                 int status = -2;
                 assert_true(has_process(both[k], 100, NULL));
                 assert_true(has_process(both[k], 200, &status));
