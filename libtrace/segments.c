@@ -3,13 +3,14 @@
  * into one trace (pyflame-record's flight recorder writes its snapshot so).
  *
  * A rotation (trace_writer_rotate) leaves files that share one writer's
- * ids: every string, frame, stack and process of an earlier file has the
- * same id, with the same content, in every later one, and each later file
- * knows at least as much. Threads (and tasks' streams) are the exception:
- * a later file holds only those with samples in it, numbered in its own
- * order, so a program that makes a thread per request does not fill every
- * file with all the threads it ever had; they are matched by what they are
- * (join_threads()). Their times are relative to each
+ * ids: every string, frame and stack of an earlier file has the same id,
+ * with the same content, in every later one, and each later file knows at
+ * least as much. Threads (and tasks' streams) and processes are the
+ * exception: a later file holds only the threads with samples in it,
+ * numbered in its own order, and the processes alive in it, so a program
+ * that makes a thread per request, or a host where --all sees many short
+ * processes, does not fill every file with all it ever had; threads are
+ * matched by what they are (join_threads()), processes by pid. Their times are relative to each
  * file's start on the one monotonic clock of the recorder, and each file
  * starts where the one before ended. Joining them is therefore a copy in
  * SQL, with only thread refs mapped: the last file's dictionaries, then every file's
@@ -126,7 +127,8 @@ static int read_info(sqlite3 *db, struct segment_info *si)
 
 /*
  * The last file's dictionaries, moved onto the first file's time line.
- * Threads are not among them: each file has its own (join_threads()).
+ * Threads and processes are not among them: each file has its own
+ * (join_threads(), join_processes()).
  */
 static int copy_dictionaries(sqlite3 *db, int64_t shift)
 {
@@ -136,8 +138,6 @@ static int copy_dictionaries(sqlite3 *db, int64_t shift)
             "module_offset) SELECT id, function, qualname, file, line, first_line, kind, module, "
             "module_offset FROM seg.frames",
             "INSERT INTO main.stacks SELECT id, parent, frame, depth FROM seg.stacks WHERE id > 0",
-            "INSERT INTO main.processes SELECT pid, cmdline, python_version, python_build, "
-            "exit_status, end_ns + ?1, recording, source_pid FROM seg.processes",
             "INSERT INTO main.sources SELECT file, size, mtime_ns, encoding, data FROM seg.sources",
             "DELETE FROM main.meta",
             "INSERT INTO main.meta SELECT key, value FROM seg.meta",
@@ -188,6 +188,24 @@ static int join_threads(sqlite3 *db)
         for (size_t i = 0; rc == SQLITE_OK && i < sizeof(sql) / sizeof(sql[0]); i++)
                 rc = exec2(db, sql[i], 0, 0);
         return rc;
+}
+
+/*
+ * The processes of one file, moved by `shift`: a rotated file has those
+ * alive at its start and those that came or ended in it; a later file's
+ * row of a process is the newer.
+ */
+static int join_processes(sqlite3 *db, int64_t shift)
+{
+        return exec2(db,
+                     "INSERT INTO main.processes SELECT pid, cmdline, python_version, "
+                     "python_build, exit_status, end_ns + ?1, recording, source_pid FROM "
+                     "seg.processes WHERE true ON CONFLICT(pid) DO UPDATE SET cmdline = "
+                     "excluded.cmdline, python_version = excluded.python_version, python_build = "
+                     "excluded.python_build, exit_status = excluded.exit_status, end_ns = "
+                     "excluded.end_ns, recording = excluded.recording, source_pid = "
+                     "excluded.source_pid",
+                     shift, 0);
 }
 
 /*
@@ -485,6 +503,7 @@ static int copy_segments(struct trace_writer *w, sqlite3 *db, const struct segme
                  * samples use even while the recorder adds to the file.
                  */
                 if ((src = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL)) == SQLITE_OK &&
+                    (src = join_processes(db, shift)) == SQLITE_OK &&
                     (src = join_threads(db)) == SQLITE_OK &&
                     (i + 1 < n || (src = copy_dictionaries(db, shift)) == SQLITE_OK) &&
                     (src = copy_samples(db, shift, files != NULL, base)) == SQLITE_OK &&

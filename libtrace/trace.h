@@ -339,9 +339,10 @@ TRACE_API int trace_writer_add_recording(struct trace_writer *w, struct trace_re
  * start (the files share their ids and their monotonic clock; each lists
  * the threads it has samples of, matched across files by pid, tid and
  * Python thread id, a task's stream by its thread and Task address), the
- * samples and error counts of all, the threads of all, the processes and
- * sources the last file knows. Nothing is shifted or guessed: a gap between two
- * files (one missing) is refused.
+ * samples and error counts of all, the threads and processes of all (a
+ * later file's row of a pid the newer), the sources the last file knows.
+ * Nothing is shifted or guessed: a gap between two files (one missing) is
+ * refused.
  *
  * Returns 0, or a negative status; as for trace_writer_create, *out_w is
  * then set (when memory allowed) to a handle whose errmsg tells why, and

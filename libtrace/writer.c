@@ -113,6 +113,12 @@ struct wprocess {
         int64_t end_ns;
         bool ended;
         bool dirty;
+        /*
+         * Its row is in the file being written. After a rotation a file has
+         * the processes alive at its start, and an ended one only when a
+         * thread of it comes (late, with a name).
+         */
+        bool in_file;
         uint32_t recording; /* 0: not merged (NULL on disk) */
         int32_t source_pid; /* 0: not merged */
 };
@@ -1152,6 +1158,26 @@ static int write_pending(struct trace_writer *w)
                 sqlite3_bind_int64(st, 4, w->stacks[i].depth);
                 rc = run(st);
         }
+        /*
+         * Refs in this file for the streams written to it the first time, in
+         * order (a task's thread before it: it has the lower ref, or is given
+         * one here, and its row written, when the task comes).
+         */
+        for (uint32_t i = 1; i <= w->n_threads; i++) {
+                struct wthread *t = &w->threads[i];
+                if (!t->dirty || t->file_ref)
+                        continue;
+                struct wthread *of = t->task_of ? &w->threads[t->task_of] : NULL;
+                if (of && !of->file_ref) {
+                        of->file_ref = ++w->n_file_threads;
+                        of->dirty = true;
+                }
+                t->file_ref = ++w->n_file_threads;
+                /* Its process is in the file too (a rotated file has only the live ones). */
+                struct wprocess *p = find_process(w, t->pid);
+                if (p && !p->in_file)
+                        p->dirty = true;
+        }
         st = w->stmt[ST_PROCESS];
         for (size_t i = 0; rc == SQLITE_OK && i < w->n_processes; i++) {
                 const struct wprocess *p = &w->processes[i];
@@ -1170,22 +1196,6 @@ static int write_pending(struct trace_writer *w)
         for (size_t i = 0; rc == SQLITE_OK && i < w->n_recordings; i++)
                 if (w->recordings[i].dirty)
                         rc = write_recording(w, (uint32_t)i + 1, &w->recordings[i]);
-        /*
-         * Refs in this file for the streams written to it the first time, in
-         * order (a task's thread before it: it has the lower ref, or is given
-         * one here, and its row written, when the task comes).
-         */
-        for (uint32_t i = 1; i <= w->n_threads; i++) {
-                struct wthread *t = &w->threads[i];
-                if (!t->dirty || t->file_ref)
-                        continue;
-                struct wthread *of = t->task_of ? &w->threads[t->task_of] : NULL;
-                if (of && !of->file_ref) {
-                        of->file_ref = ++w->n_file_threads;
-                        of->dirty = true;
-                }
-                t->file_ref = ++w->n_file_threads;
-        }
         st = w->stmt[ST_THREAD];
         for (uint32_t i = 1; rc == SQLITE_OK && i <= w->n_threads; i++) {
                 const struct wthread *t = &w->threads[i];
@@ -1265,8 +1275,11 @@ static void mark_committed(struct trace_writer *w)
                 w->sources[i].data = NULL;
         }
         w->committed_sources = w->n_sources;
-        for (size_t i = 0; i < w->n_processes; i++)
-                w->processes[i].dirty = false;
+        for (size_t i = 0; i < w->n_processes; i++) {
+                struct wprocess *p = &w->processes[i];
+                p->in_file |= p->dirty;
+                p->dirty = false;
+        }
         w->committed_file_threads = w->n_file_threads;
         for (uint32_t i = 1; i <= w->n_threads; i++) {
                 struct wthread *t = &w->threads[i];
@@ -1868,18 +1881,21 @@ static void drop_meta(struct trace_writer *w, const char *key)
  * After a rotation: what the new file must hold is everything interned so
  * far (so that every id stays valid) and, counted afresh, the samples,
  * errors, stack counts and thread spans from the cut on; of the threads
- * (and tasks' streams), those with samples from the cut on.
+ * (and tasks' streams), those with samples from the cut on; of the
+ * processes, those alive.
  */
 static void restart_counts(struct trace_writer *w, int64_t shift_ns)
 {
         w->committed_strings = 0;
         w->committed_frames = 0;
         w->committed_stacks = 1; /* stack 0 is in the schema */
+        /* The processes alive go on in the new file; the ended ones stay in theirs. */
         for (size_t i = 0; i < w->n_processes; i++) {
                 struct wprocess *p = &w->processes[i];
                 if (p->ended)
                         p->end_ns -= shift_ns; /* before the new start: negative */
-                p->dirty = true;
+                p->in_file = false;
+                p->dirty = !p->ended;
         }
         /* A stream is in the new file once it has samples there (or a new name). */
         for (uint32_t i = 1; i <= w->n_threads; i++) {

@@ -106,14 +106,17 @@
 --                                file starts where the one before ended (its
 --                                start_mono_ns is the previous file's
 --                                end_mono_ns) and shares its ids: every string,
---                                frame, stack and process of an earlier file
---                                has the same id and content here. Not threads:
---                                a file holds only the threads (and tasks'
---                                streams) with samples in it or named anew,
---                                refs dense from 1 in its own order (segment
---                                1: in the recorder's order); the same stream
---                                is the same (pid, tid, python_thread_id) or,
---                                for a task's, the same thread and task_addr
+--                                frame and stack of an earlier file has the
+--                                same id and content here. Not threads: a file
+--                                holds only the threads (and tasks' streams)
+--                                with samples in it or named anew, refs dense
+--                                from 1 in its own order (segment 1: in the
+--                                recorder's order); the same stream is the same
+--                                (pid, tid, python_thread_id) or, for a task's,
+--                                the same thread and task_addr. Nor processes:
+--                                those alive at its start, those that came or
+--                                ended in it, and those of its threads; a
+--                                later file's row of a pid is the newer
 --       segments        TEXT     in a trace joined from such files
 --                                (pyflame-report join, snapshots): "FIRST-LAST"
 --       gaps            TEXT     in the temporary trace a reader joins to read

@@ -591,9 +591,9 @@ static bool has_process(struct trace_reader *r, int32_t pid, int *exit_status)
 /*
  * Workers that end and threads that stop being sampled: every rotated file
  * still reads on its own (thread refs 1, 2, 3... as readers require), with
- * every process so far (an ended process with its exit status) but only
- * the threads and tasks' streams sampled in it (a program that makes a
- * thread per request must not fill every file with all it ever had), and a
+ * the processes alive in it (one ended in it with its exit status) and the
+ * threads and tasks' streams sampled in it (a program that makes a thread
+ * per request must not fill every file with all it ever had), and a
  * set and a join count each stream's samples once, under one ref, a task
  * still its thread's.
  */
@@ -674,10 +674,11 @@ static void test_rotate_workers_come_and_go(void **state)
                         if (task)
                                 assert_int_equal(of, 2); /* a2, in this file */
                 }
+                /* Process 200 ended in file 0: only there, with its exit status. */
                 int status = -2;
                 assert_true(has_process(r, 100, NULL));
-                assert_true(has_process(r, 200, &status));
-                assert_int_equal(status, 3);
+                assert_int_equal(has_process(r, 200, &status), i == 0);
+                assert_int_equal(status, i == 0 ? 3 : -2);
                 trace_reader_close(r);
         }
         /* Read as a set, and joined: every process and thread, each one's samples. */
@@ -722,6 +723,43 @@ static void test_rotate_workers_come_and_go(void **state)
         free(joined);
 }
 
+/*
+ * A thread of a process that ended before the cut named only after it (the
+ * recorder reads names late): the new file holds the thread, so its
+ * process too, which readers require.
+ */
+static void test_rotate_late_name(void **state)
+{
+        struct fixture *f = *state;
+        char *first = tu_path(f->dir, "late0.db"), *second = tu_path(f->dir, "late1.db");
+        struct trace_writer *w = NULL;
+        tu_must(w, trace_writer_create(first, TRACE_CREATE_FORCE, &w), "create");
+        struct trace_process_desc p = {.pid = 300, .cmdline = "python job.py"};
+        tu_must(w, trace_writer_add_process(w, &p), "process");
+        uint32_t th;
+        struct trace_thread_desc t = {.pid = 300, .tid = 301};
+        tu_must(w, trace_writer_add_thread(w, &t, &th), "thread");
+        int64_t now = pf_now_mono_ns();
+        tu_must(w, trace_writer_add_sample(w, th, now, TRACE_STACK_EMPTY, 0), "sample");
+        tu_must(w, trace_writer_end_process(w, 300, 0, now + 1), "end");
+        while (pf_now_mono_ns() < now + 2)
+                ;
+        tu_must(w, trace_writer_rotate(w, second, TRACE_CREATE_FORCE, now + 2), "rotate");
+        tu_must(w, trace_writer_set_thread_name(w, th, "MainThread"), "name");
+        tu_must(w, trace_writer_finalize(w), "finalize");
+        trace_writer_free(w);
+        struct trace_reader *r = open_or_fail(second);
+        int status = -2;
+        assert_true(has_process(r, 300, &status));
+        assert_int_equal(status, 0);
+        assert_int_equal(trace_reader_thread_count(r), 1);
+        trace_reader_close(r);
+        unlink(first);
+        unlink(second);
+        free(first);
+        free(second);
+}
+
 /* A rotation that cannot make its file changes nothing: the writer goes on. */
 static void test_rotate_to_existing_file(void **state)
 {
@@ -760,6 +798,7 @@ int main(void)
             cmocka_unit_test(test_open_set_refuses),
             cmocka_unit_test(test_open_set_hot_journal),
             cmocka_unit_test(test_rotate_to_existing_file),
+            cmocka_unit_test(test_rotate_late_name),
             cmocka_unit_test(test_rotate_workers_come_and_go),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
