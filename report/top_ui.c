@@ -155,6 +155,46 @@ static bool following(const struct top_state *s)
         return s->o->follow || s->o->live;
 }
 
+/*
+ * The keyboard's picks are places in the lists of processes and threads:
+ * move them to where the same process and thread are in reader `r`'s
+ * (reopening a rotating recording, the threads of a set are numbered from
+ * its first file, which retention may have deleted); -1 (all) when gone.
+ */
+static void repick(struct top_state *s, const struct trace_reader *r)
+{
+        struct trace_thread was, t;
+        uint32_t of;
+        uint64_t was_addr = 0, addr;
+        if (s->thread_pick >= 0 && s->r &&
+            trace_reader_thread_at(s->r, (uint32_t)s->thread_pick, &was) == 0) {
+                /* A task's stream (--async) is its thread's and its Task's. */
+                int was_task =
+                    trace_reader_thread_task(s->r, (uint32_t)s->thread_pick, &of, &was_addr) == 1;
+                s->thread_pick = -1;
+                for (uint32_t i = 0; i < trace_reader_thread_count(r); i++) {
+                        addr = 0;
+                        if (trace_reader_thread_at(r, i, &t) == 0 && t.pid == was.pid &&
+                            t.tid == was.tid && t.python_thread_id == was.python_thread_id &&
+                            (trace_reader_thread_task(r, i, &of, &addr) == 1) == was_task &&
+                            addr == was_addr) {
+                                s->thread_pick = (int)i;
+                                break;
+                        }
+                }
+        }
+        struct trace_process pw, p;
+        if (s->pid_pick >= 0 && s->r &&
+            trace_reader_process_at(s->r, (uint32_t)s->pid_pick, &pw) == 0) {
+                s->pid_pick = -1;
+                for (uint32_t i = 0; i < trace_reader_process_count(r); i++)
+                        if (trace_reader_process_at(r, i, &p) == 0 && p.pid == pw.pid) {
+                                s->pid_pick = (int)i;
+                                break;
+                        }
+        }
+}
+
 /* (Re)open the trace. Returns 0, or -1 with s->problem set (the old reader kept). */
 static int open_trace(struct top_state *s)
 {
@@ -208,6 +248,7 @@ static int open_trace(struct top_state *s)
                 trace_reader_close(r);
                 return -1;
         }
+        repick(s, r);
         trace_reader_close(s->r);
         s->r = r;
         s->problem[0] = 0;

@@ -31,7 +31,9 @@ sleeps (in sleeper), so every key has a visible effect:
   under --ring the files retention deletes under the view are no error;
 - pids: pyflame-top -p A,B shows each program's function at about half,
   and -s shows a child process's;
-- unknown terminal: snapshots instead of the screen, the recording intact.
+- unknown terminal: snapshots instead of the screen, the recording intact;
+- pick follow: a thread picked with t stays picked when retention deletes
+  files of the recording being followed and the list of threads changes.
 
 Usage: test_live.py --record PATH --report PATH [--top PATH] [--only 3.12]
        [--test NAME]
@@ -442,6 +444,78 @@ def test_follow_set(r, label, py):
             rec.wait()
 
 
+PICK_WORKLOAD = r'''
+import sys, threading, time
+
+def early():
+    time.sleep(0.5)
+
+def spin_main(deadline):
+    while time.time() < deadline:
+        pass
+
+def spin_worker(deadline):
+    while time.time() < deadline:
+        pass
+
+deadline = time.time() + float(sys.argv[1])
+threading.Thread(target=early, name="early").start()
+time.sleep(0.15)  # the worker comes after the early thread in the first file
+threading.Thread(target=spin_worker, args=(deadline,), name="worker").start()
+spin_main(deadline)
+'''
+
+
+def test_pick_follow(r, label, py):
+    """The thread picked with t stays picked while the files of a rotating recording
+    come and go: once retention has deleted the file of a short-lived thread listed
+    before it, the set's list of threads has changed, and the view still shows the
+    picked thread's function only."""
+    name = "%s pick follow" % label
+    d = os.path.join(r.tmp, "pick-%s" % label)
+    os.makedirs(d, exist_ok=True)
+    script = os.path.join(r.tmp, "pick.py")
+    with open(script, "w") as f:
+        f.write(PICK_WORKLOAD)
+    rec = subprocess.Popen([r.record, "-q", "--rotate", "1s", "--keep", "2s", "-o",
+                            os.path.join(d, "run.db"), "--", py, script, "14"])
+    try:
+        def traces():
+            return sorted(f for f in os.listdir(d) if f.endswith(".db"))
+        end = time.time() + 20
+        while time.time() < end and not traces():
+            time.sleep(0.2)
+        first_file = (traces() or [""])[0]
+        time.sleep(1.5)  # the first file's first commit
+        r.start("%s top --follow %s" % (r.report, d))
+        r.wait(lambda s: header_value(s, "Samples") > 0)
+        # t steps through the threads (MainThread, early, worker) and back to all.
+        picked, notes = False, []
+        for _ in range(5):
+            r.keys("t")
+            time.sleep(0.4)
+            notes += [l for l in r.screen().splitlines() if l.startswith("thread ")]
+            picked = bool(notes) and "(worker)" in notes[-1]
+            if picked:
+                break
+        end = time.time() + 20
+        while time.time() < end and first_file in traces():
+            time.sleep(0.2)
+        time.sleep(2.5)  # the view reopens the set at least once more
+        s = r.wait(lambda s: any(x[2].startswith("spin_worker") for x in rows(s)))
+        shown = {x[2].split()[0] for x in rows(s)}
+        r.check(name + ": the worker stays picked after its neighbour's file is deleted",
+                picked and first_file and first_file not in traces() and
+                "spin_worker" in shown and "spin_main" not in shown,
+                "picks %s, files %s\n%s" % (notes, traces(), s))
+        r.keys("q")
+    finally:
+        r.stop()
+        if rec.poll() is None:
+            rec.kill()
+            rec.wait()
+
+
 def test_plain(r, label, py):
     name = "%s plain" % label
     trace = os.path.join(r.tmp, "plain-%s.db" % label)
@@ -591,7 +665,8 @@ def test_native_key(r, label, py):
 
 
 TESTS = [test_live, test_sigterm, test_replay, test_follow, test_follow_set, test_plain,
-         test_live_rotating, test_pids, test_unknown_terminal, test_native_key]
+         test_live_rotating, test_pids, test_unknown_terminal, test_native_key,
+         test_pick_follow]
 
 
 def main():
