@@ -13,7 +13,8 @@ One event loop (the main thread) runs:
 - "cpu": burn, CPU-bound, yielding to the loop now and then;
 - the main task "main", awaiting asyncio.sleep;
 - "spawner": creates a short-lived task every millisecond or so, named
-  "churn" and unnamed in turn (CPython names those "Task-<counter>").
+  "churn" and unnamed in turn (CPython names those "Task-<counter>");
+- an unnamed task ("Task-<counter>") waiting in unnamed_wait.
 A second thread "side-loop" runs a loop of its own with 4 tasks "side-N"
 (side_wait -> asyncio.sleep).
 Lines are marked with comments the test looks for (AWAIT-xxx).
@@ -87,6 +88,10 @@ async def churn_one():
     await asyncio.sleep(0)
 
 
+async def unnamed_wait():
+    await asyncio.sleep(3600)  # AWAIT-UNNAMED
+
+
 async def spawner():
     n = 0
     while True:
@@ -130,6 +135,7 @@ async def main(secs, ready):
     if sys.version_info >= (3, 11):
         spawn(group_parent(), "grouper")
     spawn(burn(), "cpu")
+    spawn(unnamed_wait(), None)
     await asyncio.sleep(0.2)
     if ready:
         with open(ready, "w") as f:
