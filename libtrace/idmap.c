@@ -62,6 +62,38 @@ int idmap_insert(struct idmap *m, uint64_t hash, uint32_t id)
         return 0;
 }
 
+/*
+ * Linear probing without tombstones: the entries after the hole that could
+ * not sit where they wanted because of it move back into it (backward
+ * shift), so every probe still ends at the first empty slot.
+ */
+void idmap_remove(struct idmap *m, uint64_t hash, uint32_t id)
+{
+        if (!m->slots)
+                return;
+        size_t i = (size_t)hash & m->mask;
+        while (m->slots[i].id != id) {
+                if (m->slots[i].id == 0)
+                        return;
+                i = (i + 1) & m->mask;
+        }
+        for (size_t j = i;;) {
+                j = (j + 1) & m->mask;
+                if (m->slots[j].id == 0)
+                        break;
+                size_t home = (size_t)m->slots[j].hash & m->mask;
+                /* Stays when its home lies cyclically in (i, j]. */
+                bool stays = i < j ? (i < home && home <= j) : (i < home || home <= j);
+                if (!stays) {
+                        m->slots[i] = m->slots[j];
+                        i = j;
+                }
+        }
+        m->slots[i].id = 0;
+        m->slots[i].hash = 0;
+        m->count--;
+}
+
 void idmap_free(struct idmap *m)
 {
         free(m->slots);

@@ -39,6 +39,9 @@ uint32_t idmap_find(const struct idmap *m, uint64_t hash, idmap_eq_fn eq, const 
  */
 int idmap_insert(struct idmap *m, uint64_t hash, uint32_t id);
 
+/* Remove `id`, stored under `hash` (nothing when absent). */
+void idmap_remove(struct idmap *m, uint64_t hash, uint32_t id);
+
 void idmap_free(struct idmap *m);
 
 #endif

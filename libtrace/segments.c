@@ -155,6 +155,8 @@ static int copy_dictionaries(sqlite3 *db, int64_t shift)
  * next refs; temp.tmap says which ref of the join each of the file's refs
  * is. A file written before a rotation numbered its streams as the writer
  * did, and a later one only those it has samples of, in its own order.
+ * Within one file two rows may be one stream: a thread ended and the same
+ * one added again (trace_writer_end_thread()); both map to one.
  */
 static int join_threads(sqlite3 *db)
 {
@@ -162,20 +164,22 @@ static int join_threads(sqlite3 *db)
             "DELETE FROM temp.tmap",
             "INSERT INTO main.threads(ref, pid, tid, python_thread_id, name, samples) "
             "SELECT (SELECT coalesce(max(ref), 0) FROM main.threads) + row_number() OVER "
-            "(ORDER BY s.ref), s.pid, s.tid, s.python_thread_id, s.name, 0 FROM seg.threads s "
-            "WHERE s.task_of IS NULL AND NOT EXISTS (SELECT 1 FROM main.threads m WHERE "
-            "m.pid = s.pid AND m.tid IS s.tid AND m.python_thread_id IS s.python_thread_id AND "
-            "m.task_of IS NULL AND m.task_addr IS NULL) ORDER BY s.ref",
+            "(ORDER BY min(s.ref)), s.pid, s.tid, s.python_thread_id, s.name, 0 FROM "
+            "seg.threads s WHERE s.task_of IS NULL AND NOT EXISTS (SELECT 1 FROM main.threads m "
+            "WHERE m.pid = s.pid AND m.tid IS s.tid AND m.python_thread_id IS "
+            "s.python_thread_id AND m.task_of IS NULL AND m.task_addr IS NULL) GROUP BY s.pid, "
+            "s.tid, s.python_thread_id ORDER BY min(s.ref)",
             "INSERT INTO temp.tmap SELECT s.ref, m.ref FROM seg.threads s JOIN main.threads m ON "
             "m.pid = s.pid AND m.tid IS s.tid AND m.python_thread_id IS s.python_thread_id AND "
             "m.task_of IS NULL AND m.task_addr IS NULL WHERE s.task_of IS NULL",
             "INSERT INTO main.threads(ref, pid, tid, python_thread_id, name, samples, task_of, "
             "task_addr) SELECT (SELECT coalesce(max(ref), 0) FROM main.threads) + row_number() "
-            "OVER (ORDER BY s.ref), s.pid, s.tid, s.python_thread_id, s.name, 0, p.joined, "
+            "OVER (ORDER BY min(s.ref)), s.pid, s.tid, s.python_thread_id, s.name, 0, p.joined, "
             "s.task_addr FROM seg.threads s JOIN temp.tmap p ON p.ref = s.task_of WHERE NOT "
             "EXISTS (SELECT 1 FROM main.threads m WHERE m.pid = s.pid AND m.tid IS s.tid AND "
             "m.python_thread_id IS s.python_thread_id AND m.task_of = p.joined AND "
-            "m.task_addr IS s.task_addr) ORDER BY s.ref",
+            "m.task_addr IS s.task_addr) GROUP BY s.pid, s.tid, s.python_thread_id, p.joined, "
+            "s.task_addr ORDER BY min(s.ref)",
             "INSERT INTO temp.tmap SELECT s.ref, m.ref FROM seg.threads s JOIN temp.tmap p ON "
             "p.ref = s.task_of JOIN main.threads m ON m.pid = s.pid AND m.tid IS s.tid AND "
             "m.python_thread_id IS s.python_thread_id AND m.task_of = p.joined AND "

@@ -218,6 +218,17 @@ struct trace_task_desc {
 TRACE_API int trace_writer_add_task(struct trace_writer *w, const struct trace_task_desc *t,
                                     uint32_t *task_ref);
 
+/*
+ * The thread (or task's stream) `thread_ref` is gone: the writer writes
+ * what it holds of it at the next flush and then forgets it, so a recorder
+ * that sees threads come and go for weeks keeps only the live ones. Ending
+ * a thread ends its tasks' streams. The ref must not be used again (the
+ * writer may give it to a stream added later); a thread added with the
+ * same (pid, tid, python_thread_id) afterwards is a new stream. A thread
+ * added n times (the same reference each time) ends at its n-th end.
+ */
+TRACE_API int trace_writer_end_thread(struct trace_writer *w, uint32_t thread_ref);
+
 /* Set or change a thread's name (e.g. once threading has named it). */
 TRACE_API int trace_writer_set_thread_name(struct trace_writer *w, uint32_t thread_ref,
                                            const char *name);

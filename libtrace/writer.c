@@ -91,6 +91,14 @@ struct wthread {
          * they are).
          */
         uint32_t file_ref;
+        /*
+         * Ended (trace_writer_end_thread): no longer found by its key, and
+         * forgotten at the next commit, its slot free for another stream.
+         */
+        bool ended;
+        bool free;
+        /* A thread's: add_thread calls that returned it, less end_thread calls. */
+        uint32_t users;
         /* The chunk being filled. */
         struct pf_buf buf;
         struct chunk_encoder enc;
@@ -249,6 +257,10 @@ struct trace_writer {
         struct idmap thread_index;
         /* Refs given in the file being written (wthread.file_ref), and committed. */
         uint32_t n_file_threads, committed_file_threads;
+        /* Slots of ended streams, forgotten, for the next streams. */
+        uint32_t *free_refs;
+        size_t n_free_refs, cap_free_refs;
+        bool any_ended; /* some stream ended since the last commit */
 
         struct wchunk *sealed;
         size_t n_sealed, cap_sealed;
@@ -755,32 +767,42 @@ static bool thread_eq(const void *key, uint32_t ref)
                t->task_of == k->task_of && t->task_addr == k->task_addr;
 }
 
+static uint64_t thread_hash(int32_t pid, int64_t tid, uint64_t python_thread_id, uint32_t task_of,
+                            uint64_t task_addr)
+{
+        uint64_t h = pf_hash_u64(
+            pf_hash_u64(pf_hash_u64(0x746872ULL, (uint32_t)pid), (uint64_t)tid), python_thread_id);
+        return task_of ? pf_hash_u64(pf_hash_u64(h, task_of), task_addr) : h;
+}
+
 /* The stream of thread `k` (a task's when k->task_of): found, or made with `name`. */
 static int stream_add(struct trace_writer *w, const struct thread_key *k, const char *name_in,
                       uint32_t *thread_ref)
 {
-        uint64_t h =
-            pf_hash_u64(pf_hash_u64(pf_hash_u64(0x746872ULL, (uint32_t)k->pid), (uint64_t)k->tid),
-                        k->python_thread_id);
-        if (k->task_of)
-                h = pf_hash_u64(pf_hash_u64(h, k->task_of), k->task_addr);
+        uint64_t h = thread_hash(k->pid, k->tid, k->python_thread_id, k->task_of, k->task_addr);
         uint32_t found = idmap_find(&w->thread_index, h, thread_eq, k);
         if (found) {
+                if (!k->task_of)
+                        w->threads[found].users++;
                 *thread_ref = found;
                 return 0;
         }
-        uint32_t ref = w->n_threads + 1;
+        /* A slot an ended stream left, else a new one. */
+        bool reuse = w->n_free_refs > 0;
+        uint32_t ref = reuse ? w->free_refs[w->n_free_refs - 1] : w->n_threads + 1;
         if (ref > MAX_THREADS)
                 return fail(w, TRACE_ERR_ARG, "too many threads");
         char *name = dup_or_null(name_in);
         if (name_in && !name)
                 return fail_nomem(w);
-        if (grow_table((void **)&w->threads, &w->cap_threads, sizeof(*w->threads),
-                       (size_t)ref + 1) < 0 ||
+        if ((!reuse && grow_table((void **)&w->threads, &w->cap_threads, sizeof(*w->threads),
+                                  (size_t)ref + 1) < 0) ||
             idmap_insert(&w->thread_index, h, ref) < 0) {
                 free(name);
                 return fail_nomem(w);
         }
+        if (reuse)
+                w->n_free_refs--;
         struct wthread *th = &w->threads[ref];
         memset(th, 0, sizeof(*th));
         th->pid = k->pid;
@@ -791,9 +813,72 @@ static int stream_add(struct trace_writer *w, const struct thread_key *k, const 
         th->name = name;
         th->first_ns = th->last_ns = -1;
         th->dirty = true;
-        w->n_threads = ref;
+        th->users = k->task_of ? 0 : 1;
+        if (!reuse)
+                w->n_threads = ref;
         *thread_ref = ref;
         return 0;
+}
+
+/* Is `ref` a stream that may still be used (added, not ended)? */
+static bool stream_live(const struct trace_writer *w, uint32_t ref)
+{
+        return ref != 0 && ref <= w->n_threads && !w->threads[ref].free && !w->threads[ref].ended;
+}
+
+static void stream_unindex(struct trace_writer *w, uint32_t ref)
+{
+        struct wthread *t = &w->threads[ref];
+        idmap_remove(&w->thread_index,
+                     thread_hash(t->pid, t->tid, t->python_thread_id, t->task_of, t->task_addr),
+                     ref);
+        t->ended = true;
+}
+
+TRACE_API int trace_writer_end_thread(struct trace_writer *w, uint32_t thread_ref)
+{
+        int rc = check_open(w);
+        if (rc < 0)
+                return rc;
+        if (thread_ref == 0 || thread_ref > w->n_threads || w->threads[thread_ref].free)
+                return fail(w, TRACE_ERR_ARG, "unknown thread ref %u", thread_ref);
+        struct wthread *t = &w->threads[thread_ref];
+        /* Two callers may hold one thread (added twice with its key): the last ends it. */
+        if (t->ended || (!t->task_of && t->users > 1 && t->users--))
+                return 0;
+        stream_unindex(w, thread_ref);
+        if (!w->threads[thread_ref].task_of)
+                for (uint32_t i = 1; i <= w->n_threads; i++)
+                        if (w->threads[i].task_of == thread_ref && !w->threads[i].free &&
+                            !w->threads[i].ended)
+                                stream_unindex(w, i);
+        w->any_ended = true;
+        return 0;
+}
+
+/*
+ * After a commit: the ended streams are written whole (rows, chunks), so
+ * their slots are free. Cannot fail: a slot that does not fit the free
+ * list stays, unused.
+ */
+static void forget_ended(struct trace_writer *w)
+{
+        if (!w->any_ended)
+                return;
+        w->any_ended = false;
+        for (uint32_t i = 1; i <= w->n_threads; i++) {
+                struct wthread *t = &w->threads[i];
+                if (!t->ended || t->free)
+                        continue;
+                if (grow_array((void **)&w->free_refs, &w->cap_free_refs, sizeof(*w->free_refs),
+                               w->n_free_refs + 1) < 0)
+                        return;
+                free(t->name);
+                pf_buf_free(&t->buf);
+                memset(t, 0, sizeof(*t));
+                t->free = true;
+                w->free_refs[w->n_free_refs++] = i;
+        }
 }
 
 TRACE_API int trace_writer_add_thread(struct trace_writer *w, const struct trace_thread_desc *t,
@@ -820,7 +905,7 @@ TRACE_API int trace_writer_add_task(struct trace_writer *w, const struct trace_t
                 return rc;
         if (!t || !task_ref)
                 return fail(w, TRACE_ERR_ARG, "NULL task description or task_ref");
-        if (t->thread_ref == 0 || t->thread_ref > w->n_threads || w->threads[t->thread_ref].task_of)
+        if (!stream_live(w, t->thread_ref) || w->threads[t->thread_ref].task_of)
                 return fail(w, TRACE_ERR_ARG, "task of unknown thread ref %u", t->thread_ref);
         const struct wthread *th = &w->threads[t->thread_ref];
         struct thread_key k = {w,           th->pid, th->tid, th->python_thread_id, t->thread_ref,
@@ -834,9 +919,11 @@ TRACE_API int trace_writer_set_thread_name(struct trace_writer *w, uint32_t thre
         int rc = check_open(w);
         if (rc < 0)
                 return rc;
-        if (thread_ref == 0 || thread_ref > w->n_threads)
+        if (thread_ref == 0 || thread_ref > w->n_threads || w->threads[thread_ref].free)
                 return fail(w, TRACE_ERR_ARG, "unknown thread ref %u", thread_ref);
         struct wthread *th = &w->threads[thread_ref];
+        if (th->ended)
+                return 0; /* a name read late: the stream is written already */
         /* The same name again writes nothing (nor puts the thread in a rotated file). */
         if (th->name && name ? !strcmp(th->name, name) : th->name == name)
                 return 0;
@@ -991,8 +1078,8 @@ TRACE_API int trace_writer_add_sample(struct trace_writer *w, uint32_t thread_re
 {
         if (!w || w->state != W_OPEN)
                 return check_open(w);
-        if (thread_ref == 0 || thread_ref > w->n_threads)
-                return fail(w, TRACE_ERR_ARG, "unknown thread ref %u", thread_ref);
+        if (!stream_live(w, thread_ref))
+                return fail(w, TRACE_ERR_ARG, "unknown or ended thread ref %u", thread_ref);
         if (stack_id >= w->n_stacks)
                 return fail(w, TRACE_ERR_ARG, "unknown stack %u", stack_id);
         if (state & ~TRACE_STATE_MASK)
@@ -1305,6 +1392,7 @@ static void mark_committed(struct trace_writer *w)
                 w->meta[i].dirty = false;
         for (size_t i = 0; i < w->n_recordings; i++)
                 w->recordings[i].dirty = false;
+        forget_ended(w);
 }
 
 /*
@@ -2020,6 +2108,7 @@ TRACE_API void trace_writer_free(struct trace_writer *w)
                 pf_buf_free(&w->threads[i].buf);
         }
         free(w->threads);
+        free(w->free_refs);
         idmap_free(&w->thread_index);
         for (size_t i = 0; i < w->n_sealed; i++)
                 pf_buf_free(&w->sealed[i].data);

@@ -784,6 +784,7 @@ static void remove_sampler(struct recording *r, size_t i, int64_t t_ns)
         trace_writer_end_process(r->w, sampler_pid(s), status, t_ns);
         sources_unwatch(r->sources, sampler_pid(s));
         tsink_unlock(r->k);
+        sampler_end_streams(s);
         struct sampler_stats st;
         sampler_get_stats(s, &st);
         stats_add(&r->closed, &st);

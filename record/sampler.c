@@ -188,6 +188,9 @@ struct sampler {
         struct pf_buf tick_frames;
         struct task_ref *task_refs; /* open addressing: (task, name) -> trace ref */
         size_t task_ref_cap, task_ref_n;
+        /* Refs of streams gone, for tsink_end_thread() at the end of the tick. */
+        uint32_t *ending;
+        size_t n_ending, cap_ending;
         struct pywalk_frame *task_build; /* scratch: one task's stack, leaf first */
         size_t task_build_cap;
 
@@ -357,6 +360,22 @@ int sampler_set_native(struct sampler *s, unsigned flags, char *err, size_t errl
         return 0;
 }
 
+static void stream_gone(struct sampler *s, uint32_t ref);
+static void ends_push(struct sampler *s);
+
+void sampler_end_streams(struct sampler *s)
+{
+        for (size_t i = 0; i < s->n_threads; i++) {
+                stream_gone(s, s->threads[i].ref);
+                s->threads[i].ref = 0;
+        }
+        for (size_t i = 0; i < s->n_nthreads; i++) {
+                stream_gone(s, s->nthreads[i].ref);
+                s->nthreads[i].ref = 0;
+        }
+        ends_push(s);
+}
+
 void sampler_close(struct sampler *s)
 {
         if (!s)
@@ -386,6 +405,7 @@ void sampler_close(struct sampler *s)
         free(s->tick_stacks);
         pf_buf_free(&s->tick_frames);
         free(s->task_refs);
+        free(s->ending);
         free(s->task_build);
         free(s->frame_keys);
         free(s->frame_vals);
@@ -454,6 +474,42 @@ static struct sthread *thread_append(struct sampler *s, const struct pywalk_thre
 
 static void thread_rebind(struct sampler *s, struct sthread *t, int64_t ns_tid);
 
+/*
+ * Stream `ref` is gone (its thread exited, or its state went to another OS
+ * thread): the writer is told at the end of the tick (ends_push(), through
+ * the sink's queue, after its samples), and may then give the ref to
+ * another stream, so nothing here keeps it: the cache of task refs, whose
+ * streams end with their thread, starts afresh (the writer finds the live
+ * ones again by thread and address). Out of memory, the writer keeps the
+ * stream: no harm.
+ */
+static void stream_gone(struct sampler *s, uint32_t ref)
+{
+        if (!ref)
+                return;
+        if (s->task_ref_n) {
+                memset(s->task_refs, 0, s->task_ref_cap * sizeof(*s->task_refs));
+                s->task_ref_n = 0;
+        }
+        if (s->n_ending == s->cap_ending) {
+                size_t cap = s->cap_ending ? 2 * s->cap_ending : 16;
+                uint32_t *p = realloc(s->ending, cap * sizeof(*p));
+                if (!p)
+                        return;
+                s->ending = p;
+                s->cap_ending = cap;
+        }
+        s->ending[s->n_ending++] = ref;
+}
+
+/* Queue the ends stream_gone() noted; not under the sink's lock, no target held. */
+static void ends_push(struct sampler *s)
+{
+        for (size_t i = 0; s->k && i < s->n_ending; i++)
+                tsink_end_thread(s->k, s->ending[i]);
+        s->n_ending = 0;
+}
+
 /* Map the walker's tid (target namespace) to ours and open its stat file. */
 static void thread_bind_tid(struct sampler *s, struct sthread *t, int64_t ns_tid)
 {
@@ -474,6 +530,7 @@ static void thread_rebind(struct sampler *s, struct sthread *t, int64_t ns_tid)
          * rebinds it when the new thread starts. What follows belongs to
          * another OS thread, so it becomes another trace thread.
          */
+        stream_gone(s, t->ref);
         t->ref = 0;
         t->ns_tid = ns_tid;
         if (t->stat_fd >= 0)
@@ -560,6 +617,7 @@ static void threads_gc(struct sampler *s)
                                 close(t->trigger_fd);
                         cpustate_close(t->cs);
                         free(t->name);
+                        stream_gone(s, t->ref);
                         continue;
                 }
                 s->threads[kept++] = *t;
@@ -569,6 +627,8 @@ static void threads_gc(struct sampler *s)
         for (size_t i = 0; i < s->n_nthreads; i++)
                 if (s->tick - s->nthreads[i].seen_tick <= 100)
                         s->nthreads[kept++] = s->nthreads[i];
+                else
+                        stream_gone(s, s->nthreads[i].ref);
         s->n_nthreads = kept;
 }
 
@@ -1505,6 +1565,7 @@ int sampler_tick_finish(struct sampler *s, char *err, size_t errlen)
                 if (s->k)
                         tsink_unlock(s->k);
         }
+        ends_push(s);
         return 0;
 }
 

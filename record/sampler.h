@@ -166,6 +166,12 @@ const char *sampler_build(const struct sampler *s);   /* e.g. "shared", "static,
 void sampler_get_stats(const struct sampler *s, struct sampler_stats *st);
 
 /* Release everything; never leaves the target stopped or traced. NULL is fine. */
+/*
+ * The process is gone: tell the trace (through the sink's queue, after its
+ * samples) that every stream of it ended, so that the writer forgets them.
+ * Not under the sink's lock.
+ */
+void sampler_end_streams(struct sampler *s);
 void sampler_close(struct sampler *s);
 
 #endif

@@ -38,11 +38,11 @@
 /* Time for reading source files per pass, so the lock is never held long. */
 #define SOURCES_BUDGET_NS 5000000
 
-enum { EV_SAMPLE, EV_ERROR, EV_ROTATE };
+enum { EV_SAMPLE, EV_ERROR, EV_ROTATE, EV_END };
 
 struct event {
         int64_t t_ns; /* sample: time; error: count */
-        uint32_t a;   /* sample: thread ref; error: pid */
+        uint32_t a;   /* sample, end: thread ref; error: pid */
         uint32_t b;   /* sample: stack id; error: kind */
         uint32_t c;   /* sample: state */
         uint32_t kind;
@@ -167,6 +167,8 @@ static void apply(struct tsink *k, bool rotate_here)
                 } else if (e->kind == EV_ERROR) {
                         rc = trace_writer_count_error(k->w, (int32_t)e->a, (int)e->b,
                                                       (uint64_t)e->t_ns);
+                } else if (e->kind == EV_END) {
+                        rc = trace_writer_end_thread(k->w, e->a);
                 } else {
                         if (!rotate_here)
                                 break;
@@ -257,6 +259,13 @@ void tsink_sample(struct tsink *k, uint32_t thread_ref, int64_t t_ns, uint32_t s
 void tsink_error(struct tsink *k, int32_t pid, int kind, uint64_t n)
 {
         struct event e = {(int64_t)n, (uint32_t)pid, (uint32_t)kind, 0, EV_ERROR};
+        push(k, &e);
+}
+
+void tsink_end_thread(struct tsink *k, uint32_t thread_ref)
+{
+        assert(!stopper_holding());
+        struct event e = {0, thread_ref, 0, 0, EV_END};
         push(k, &e);
 }
 

@@ -77,6 +77,11 @@ bool tsink_trylock(struct tsink *k);
 void tsink_sample(struct tsink *k, uint32_t thread_ref, int64_t t_ns, uint32_t stack_id,
                   unsigned state);
 void tsink_error(struct tsink *k, int32_t pid, int kind, uint64_t n);
+/*
+ * Queue trace_writer_end_thread(): after every sample queued before it, so
+ * the writer has them all when it forgets the stream. Not under the lock.
+ */
+void tsink_end_thread(struct tsink *k, uint32_t thread_ref);
 
 /*
  * Rotation. `fn(ctx, cut_ns, tag, arg1, arg2)` is called under the lock, on the

@@ -184,6 +184,9 @@
 --
 --   threads(ref, pid, tid, python_thread_id, name, first_ns, last_ns, samples,
 --           task_of, task_addr)
+--     Two rows may be one thread (the same pid, tid and python_thread_id):
+--     the recorder lost sight of it and found it again; reports of a set of
+--     files take them as one, a report of one file as two.
 --     ref: the reference samples carry (1..); pid: processes.pid; tid: OS
 --     thread id in the recorder's namespace or NULL; python_thread_id: the
 --     threading.get_ident() value (a pthread_t, stored as signed 64 bit) or

@@ -51,6 +51,52 @@ static void test_idmap(void **state)
         assert_null(m.slots);
 }
 
+/*
+ * Removal: every other id goes, with hashes that collide and wrap around
+ * the end of the table, then comes back; what is left is found, what went
+ * is not, and nothing else is lost.
+ */
+static void test_idmap_remove(void **state)
+{
+        (void)state;
+        struct idmap m = {0};
+        for (uint32_t id = 1; id <= 20000; id++) {
+                keys[id] = (uint64_t)id * 7919;
+                assert_int_equal(idmap_insert(&m, keys[id] % 1000 + (id % 3 ? 0 : m.mask), id), 0);
+        }
+        /* The hash each id was stored under (the mask grew while inserting). */
+        static uint64_t hash[20001];
+        for (uint32_t id = 1; id <= 20000; id++)
+                hash[id] = 0;
+        for (size_t i = 0; i <= m.mask; i++)
+                if (m.slots[i].id)
+                        hash[m.slots[i].id] = m.slots[i].hash;
+        uint32_t seed = 1;
+        for (int round = 0; round < 3; round++) {
+                for (uint32_t id = 1; id <= 20000; id++) {
+                        seed = seed * 1103515245u + 12345u;
+                        if ((seed >> 16) & 1)
+                                idmap_remove(&m, hash[id], id);
+                }
+                uint32_t left = 0;
+                for (uint32_t id = 1; id <= 20000; id++) {
+                        uint32_t got = idmap_find(&m, hash[id], key_eq, &keys[id]);
+                        assert_true(got == 0 || got == id);
+                        left += got == id;
+                }
+                assert_int_equal(left, m.count);
+                for (uint32_t id = 1; id <= 20000; id++)
+                        if (!idmap_find(&m, hash[id], key_eq, &keys[id]))
+                                assert_int_equal(idmap_insert(&m, hash[id], id), 0);
+                assert_int_equal(m.count, 20000);
+                for (uint32_t id = 1; id <= 20000; id++)
+                        assert_int_equal(idmap_find(&m, hash[id], key_eq, &keys[id]), id);
+        }
+        idmap_remove(&m, 12345, 99999); /* absent: nothing */
+        assert_int_equal(m.count, 20000);
+        idmap_free(&m);
+}
+
 /* ------------------------------------------------------------------ */
 /* Interning through the writer                                        */
 /* ------------------------------------------------------------------ */
@@ -407,6 +453,7 @@ int main(void)
 {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_idmap),
+            cmocka_unit_test(test_idmap_remove),
             cmocka_unit_test_setup_teardown(test_frame_interning, wsetup, wteardown),
             cmocka_unit_test_setup_teardown(test_string_table, wsetup, wteardown),
             cmocka_unit_test_setup_teardown(test_stack_tree, wsetup, wteardown),

@@ -760,6 +760,108 @@ static void test_rotate_late_name(void **state)
         free(second);
 }
 
+/*
+ * Threads that end (trace_writer_end_thread): their rows and samples are
+ * written, then the writer forgets them and gives their refs to the next
+ * threads, so a thread per request does not grow the writer; a sample for
+ * an ended ref is refused; a thread added again with an ended one's key is
+ * a new stream, and a set joins the two into one.
+ */
+static void test_end_thread(void **state)
+{
+        struct fixture *f = *state;
+        char *file[2] = {tu_path(f->dir, "end0.db"), tu_path(f->dir, "end1.db")};
+        struct trace_writer *w = NULL;
+        tu_must(w, trace_writer_create(file[0], TRACE_CREATE_FORCE, &w), "create");
+        tu_must(w, trace_writer_set_meta(w, TRACE_META_SEGMENT_SET, "set-end"), "meta");
+        struct trace_process_desc p = {.pid = 400, .cmdline = "python server.py"};
+        tu_must(w, trace_writer_add_process(w, &p), "process");
+        uint32_t main_ref, ref;
+        struct trace_thread_desc main_td = {400, 400, 1, "MainThread"};
+        tu_must(w, trace_writer_add_thread(w, &main_td, &main_ref), "thread");
+        int64_t t = trace_writer_origin_ns(w);
+        uint32_t max_ref = 0;
+        /* 200 request threads, one after the other, each sampled 3 times. */
+        for (int i = 0; i < 200; i++) {
+                char name[32];
+                snprintf(name, sizeof(name), "Thread-%d", i + 1);
+                struct trace_thread_desc td = {400, 1000 + i, 0x7000 + (uint64_t)i, name};
+                tu_must(w, trace_writer_add_thread(w, &td, &ref), "thread");
+                if (ref > max_ref)
+                        max_ref = ref;
+                for (int k = 0; k < 3; k++) {
+                        t += STEP_NS;
+                        tu_must(w, trace_writer_add_sample(w, main_ref, t, TRACE_STACK_EMPTY, 1),
+                                "sample");
+                        tu_must(w, trace_writer_add_sample(w, ref, t, TRACE_STACK_EMPTY, 1),
+                                "sample");
+                }
+                tu_must(w, trace_writer_end_thread(w, ref), "end");
+                assert_int_equal(trace_writer_add_sample(w, ref, t + 1, TRACE_STACK_EMPTY, 1),
+                                 TRACE_ERR_ARG);
+                tu_must(w, trace_writer_flush(w), "flush");
+        }
+        /* Each ended thread's slot went to the next: refs 2 and 3 at most. */
+        assert_true(max_ref <= 3);
+        /* Added twice (two holders of one thread): it ends at the second end. */
+        uint32_t twice_a, twice_b;
+        tu_must(w, trace_writer_add_thread(w, &main_td, &twice_a), "thread");
+        tu_must(w, trace_writer_add_thread(w, &main_td, &twice_b), "thread");
+        assert_int_equal(twice_a, main_ref);
+        assert_int_equal(twice_b, main_ref);
+        tu_must(w, trace_writer_end_thread(w, main_ref), "end");
+        tu_must(w, trace_writer_end_thread(w, main_ref), "end");
+        t += STEP_NS;
+        tu_must(w, trace_writer_add_sample(w, main_ref, t, TRACE_STACK_EMPTY, 1), "sample");
+        /* The second request thread again in the same file: a row of its own. */
+        struct trace_thread_desc second = {400, 1001, 0x7001, "Thread-2"};
+        tu_must(w, trace_writer_add_thread(w, &second, &ref), "thread");
+        t += STEP_NS;
+        tu_must(w, trace_writer_add_sample(w, ref, t, TRACE_STACK_EMPTY, 1), "sample");
+        /* The first request thread again (same key), after a cut: a new stream. */
+        int64_t cut = t + STEP_NS / 2;
+        while (pf_now_mono_ns() < cut)
+                ;
+        tu_must(w, trace_writer_rotate(w, file[1], TRACE_CREATE_FORCE, cut), "rotate");
+        struct trace_thread_desc again = {400, 1000, 0x7000, "Thread-1"};
+        tu_must(w, trace_writer_add_thread(w, &again, &ref), "thread");
+        t += STEP_NS;
+        tu_must(w, trace_writer_add_sample(w, ref, t, TRACE_STACK_EMPTY, 1), "sample");
+        tu_must(w, trace_writer_finalize(w), "finalize");
+        trace_writer_free(w);
+
+        struct trace_reader *r = open_or_fail(file[0]);
+        assert_int_equal(trace_reader_thread_count(r), 202);
+        unsigned twice = 0;
+        for (uint32_t i = 0; i < 202; i++) {
+                struct trace_thread th;
+                assert_int_equal(trace_reader_thread_at(r, i, &th), 0);
+                if (th.tid == 1001 && th.samples == 1)
+                        twice++;
+                else
+                        assert_int_equal(th.samples, th.tid == 400 ? 601 : 3);
+        }
+        assert_int_equal(twice, 1);
+        trace_reader_close(r);
+        const char *paths[] = {file[0], file[1]};
+        struct trace_reader *set = NULL;
+        if (trace_reader_open_set(paths, 2, &set) != 0)
+                fail_msg("open set: %s", trace_reader_errmsg(set));
+        assert_int_equal(trace_reader_thread_count(set), 201);
+        for (uint32_t i = 0; i < 201; i++) {
+                struct trace_thread th;
+                assert_int_equal(trace_reader_thread_at(set, i, &th), 0);
+                assert_int_equal(th.samples, th.tid == 400                      ? 601
+                                             : th.tid == 1000 || th.tid == 1001 ? 4
+                                                                                : 3);
+        }
+        trace_reader_close(set);
+        for (int i = 0; i < 2; i++) {
+                unlink(file[i]);
+                free(file[i]);
+        }
+}
+
 /* A rotation that cannot make its file changes nothing: the writer goes on. */
 static void test_rotate_to_existing_file(void **state)
 {
@@ -799,6 +901,7 @@ int main(void)
             cmocka_unit_test(test_open_set_hot_journal),
             cmocka_unit_test(test_rotate_to_existing_file),
             cmocka_unit_test(test_rotate_late_name),
+            cmocka_unit_test(test_end_thread),
             cmocka_unit_test(test_rotate_workers_come_and_go),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
