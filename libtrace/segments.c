@@ -185,8 +185,8 @@ static int join_threads(sqlite3 *db)
             "m.python_thread_id IS s.python_thread_id AND m.task_of = p.joined AND "
             "m.task_addr IS s.task_addr",
             /* A stream's name is its latest. */
-            "UPDATE main.threads SET name = s.name FROM seg.threads s JOIN temp.tmap t ON "
-            "t.ref = s.ref WHERE main.threads.ref = t.joined AND main.threads.name IS NOT s.name",
+            ("UPDATE main.threads SET name = s.name FROM seg.threads s JOIN temp.tmap t ON "
+             "t.ref = s.ref WHERE main.threads.ref = t.joined AND main.threads.name IS NOT s.name"),
         };
         int rc = SQLITE_OK;
         for (size_t i = 0; rc == SQLITE_OK && i < sizeof(sql) / sizeof(sql[0]); i++)
