@@ -820,10 +820,16 @@ static int stream_add(struct trace_writer *w, const struct thread_key *k, const 
         return 0;
 }
 
-/* Is `ref` a stream that may still be used (added, not ended)? */
+/* Is `ref` a stream's (added, its slot not freed)? */
+static bool stream_known(const struct trace_writer *w, uint32_t ref)
+{
+        return ref != 0 && ref <= w->n_threads && !w->threads[ref].free;
+}
+
+/* ... and may it still be used (not ended)? */
 static bool stream_live(const struct trace_writer *w, uint32_t ref)
 {
-        return ref != 0 && ref <= w->n_threads && !w->threads[ref].free && !w->threads[ref].ended;
+        return stream_known(w, ref) && !w->threads[ref].ended;
 }
 
 static void stream_unindex(struct trace_writer *w, uint32_t ref)
@@ -840,7 +846,7 @@ TRACE_API int trace_writer_end_thread(struct trace_writer *w, uint32_t thread_re
         int rc = check_open(w);
         if (rc < 0)
                 return rc;
-        if (thread_ref == 0 || thread_ref > w->n_threads || w->threads[thread_ref].free)
+        if (!stream_known(w, thread_ref))
                 return fail(w, TRACE_ERR_ARG, "unknown thread ref %u", thread_ref);
         struct wthread *t = &w->threads[thread_ref];
         /* Two callers may hold one thread (added twice with its key): the last ends it. */
@@ -919,7 +925,7 @@ TRACE_API int trace_writer_set_thread_name(struct trace_writer *w, uint32_t thre
         int rc = check_open(w);
         if (rc < 0)
                 return rc;
-        if (thread_ref == 0 || thread_ref > w->n_threads || w->threads[thread_ref].free)
+        if (!stream_known(w, thread_ref))
                 return fail(w, TRACE_ERR_ARG, "unknown thread ref %u", thread_ref);
         struct wthread *th = &w->threads[thread_ref];
         if (th->ended)
@@ -1247,8 +1253,9 @@ static int write_pending(struct trace_writer *w)
         }
         /*
          * Refs in this file for the streams written to it the first time, in
-         * order (a task's thread before it: it has the lower ref, or is given
-         * one here, and its row written, when the task comes).
+         * order; a task's thread is given one (and its row written) when the
+         * task comes, if it has none yet (with slots reused, its writer ref
+         * may be higher than the task's).
          */
         for (uint32_t i = 1; i <= w->n_threads; i++) {
                 struct wthread *t = &w->threads[i];
