@@ -386,6 +386,12 @@ pid_t procfs_ns_tid(pid_t pid, pid_t tid)
         return inner == -ENOENT ? tid : inner;
 }
 
+bool procfs_same_pidns(pid_t pid)
+{
+        pid_t inner = nspid_of(pid, 0);
+        return inner == -ENOENT || inner == pid; /* as procfs_host_tid() tells */
+}
+
 pid_t procfs_host_tid(pid_t pid, pid_t ns_tid)
 {
         if (ns_tid <= 0)

@@ -132,6 +132,13 @@ pid_t procfs_ns_tid(pid_t pid, pid_t tid);
 pid_t procfs_host_tid(pid_t pid, pid_t ns_tid);
 
 /*
+ * Whether `pid` is in our PID namespace (or the kernel has no NSpid), so
+ * that the thread ids it knows itself are ours; false when /proc says
+ * otherwise or cannot be read.
+ */
+bool procfs_same_pidns(pid_t pid);
+
+/*
  * The command line of `pid`, arguments joined by single spaces, into
  * buf[len] (always NUL-terminated, truncated if needed). Returns 0, or a
  * negative errno; an empty command line (kernel thread, zombie) is -ENOENT.

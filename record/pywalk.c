@@ -1166,6 +1166,94 @@ static int snap_reread(struct pywalk *w, uint64_t tstate, uint8_t *ts, size_t ts
         return fetch(w, tstate, ts, ts_len);
 }
 
+/*
+ * A thread with no frames whose thread id (or TID) another state of its
+ * interpreter has too is one OS thread seen twice: before 3.12 (and on 2.7) the thread
+ * that starts another makes the new thread's state itself, with its own ids
+ * (thread_id, native_thread_id), and the new thread sets its ids only once
+ * it runs. Reported, that state was a second, empty sample of the starting
+ * thread in the same instant, under the same trace thread (a server's
+ * accepting thread, one per connection). So a thread with no frames waits
+ * until its interpreter is walked (frameless_hold()), and is reported then
+ * unless a thread with frames had its id; of several with one id and no
+ * frames, the last in the list (the oldest) is reported.
+ */
+static bool frameless_hold(struct pywalk *w, const struct pywalk_thread *th)
+{
+        if (th->status != 0 || th->depth != 0 || !th->thread_id)
+                return false;
+        if (w->n_frameless == w->cap_frameless) {
+                size_t cap = w->cap_frameless ? 2 * w->cap_frameless : 8;
+                struct pywalk_thread *p = realloc(w->frameless, cap * sizeof(*p));
+                if (!p)
+                        return false; /* reported at once: no worse than before */
+                w->frameless = p;
+                w->cap_frameless = cap;
+        }
+        w->frameless[w->n_frameless++] = *th;
+        return true;
+}
+
+/* Note a thread state reported or held back in this walk of its interpreter. */
+static void walked_note(struct pywalk *w, const struct pywalk_thread *th)
+{
+        if (w->n_walked == w->cap_walked) {
+                size_t cap = w->cap_walked ? 2 * w->cap_walked : 16;
+                struct walked_thread *p = realloc(w->walked, cap * sizeof(*p));
+                if (!p)
+                        return; /* a twin or a restart may report it twice: as before */
+                w->walked = p;
+                w->cap_walked = cap;
+        }
+        w->walked[w->n_walked++] =
+            (struct walked_thread){.tstate = th->tstate_addr,
+                                   .thread_id = th->thread_id,
+                                   .native_tid = th->native_tid,
+                                   .frames = th->status == 0 && th->depth > 0};
+}
+
+static bool walked_before(const struct pywalk *w, uint64_t tstate)
+{
+        for (size_t i = 0; i < w->n_walked; i++)
+                if (w->walked[i].tstate == tstate)
+                        return true;
+        return false;
+}
+
+/*
+ * Whether a state with these ids is of the same OS thread as th: the same
+ * thread id, or the same TID. 3.11 sets a new thread's ids one after the
+ * other once it runs, and a state was seen with its own thread id and its
+ * creator's TID.
+ */
+static bool same_thread(uint64_t thread_id, int64_t native_tid, const struct pywalk_thread *th)
+{
+        return thread_id == th->thread_id || (native_tid > 0 && native_tid == th->native_tid);
+}
+
+/* Report the held-back threads of the interpreter just walked (frameless_hold()). */
+static int frameless_report(struct pywalk *w, pywalk_thread_fn fn, void *ctx, bool *stop)
+{
+        for (size_t i = 0; i < w->n_frameless && !*stop; i++) {
+                const struct pywalk_thread *th = &w->frameless[i];
+                bool twin = false;
+                for (size_t k = 0; k < w->n_walked && !twin; k++)
+                        twin = w->walked[k].frames &&
+                               same_thread(w->walked[k].thread_id, w->walked[k].native_tid, th);
+                for (size_t k = i + 1; k < w->n_frameless && !twin; k++)
+                        twin =
+                            same_thread(w->frameless[k].thread_id, w->frameless[k].native_tid, th);
+                if (twin)
+                        continue;
+                int frc = fn(ctx, th);
+                if (frc < 0)
+                        return frc;
+                if (frc > 0)
+                        *stop = true;
+        }
+        return 0;
+}
+
 /* Walk the threads of one interpreter; *stop set when the callback asked to stop. */
 static int walk_interp(struct pywalk *w, uint64_t interp, int64_t index, pywalk_thread_fn fn,
                        void *ctx, unsigned *nthreads, bool *stop)
@@ -1184,23 +1272,49 @@ static int walk_interp(struct pywalk *w, uint64_t interp, int64_t index, pywalk_
         uint8_t ts[1024];
         struct cycle cyc;
         cycle_init(&cyc);
+        w->n_walked = w->n_frameless = 0;
+        unsigned first = *nthreads, restarts = 0;
         for (uint64_t tstate = head; tstate && !*stop; (*nthreads)++) {
                 struct pywalk_thread th = {.tstate_addr = tstate,
                                            .native_tid = -1,
                                            .interp_id = (int64_t)id,
                                            .gil = PYWALK_GIL_UNKNOWN};
                 bool last = false;
-                if (*nthreads >= PYWALK_MAX_THREADS || cycle_seen(&cyc, tstate)) {
+                if (*nthreads >= PYWALK_MAX_THREADS) {
                         th.status = PYWALK_TORN;
                         last = true;
-                } else if ((rc = fetch(w, tstate, ts, ts_len)) < 0) {
-                        if (fatal_read(rc))
+                } else if (cycle_seen(&cyc, tstate) || (rc = fetch(w, tstate, ts, ts_len)) < 0 ||
+                           rd64(ts + L->ts_interp) != interp) {
+                        if (rc < 0 && fatal_read(rc))
                                 return rc;
+                        /*
+                         * The list changed under us: most often a thread that
+                         * had just ended, its state freed and its memory
+                         * reused while a link to it was still read. The rest
+                         * of the list (the oldest threads, the main thread
+                         * among them) was lost with it: 3% of the main
+                         * thread's samples of a program that starts a thread
+                         * per job. Read the list again, fresh, from its head,
+                         * skipping the threads already reported.
+                         */
+                        rc = 0;
+                        if (restarts < w->retries) {
+                                restarts++;
+                                snap_end(w);
+                                snap_begin(w);
+                                pysnap_all_used(&w->snap);
+                                cycle_init(&cyc);
+                                *nthreads = first - 1; /* counted again (the loop adds one) */
+                                if ((rc = fetch_u64(w, interp, L->is_threads_head, &head)) < 0)
+                                        return fatal_read(rc) ? rc : 0;
+                                tstate = head;
+                                continue;
+                        }
                         th.status = PYWALK_TORN;
                         last = true;
-                } else if (rd64(ts + L->ts_interp) != interp) {
-                        th.status = PYWALK_TORN; /* list changed under us */
-                        last = true;
+                } else if (walked_before(w, tstate)) {
+                        tstate = rd64(ts + L->ts_next); /* reported before a restart */
+                        continue;
                 } else {
                         th.thread_id = rd64(ts + L->ts_thread_id);
                         th.native_tid = thread_tid(w, ts, th.thread_id);
@@ -1239,16 +1353,19 @@ static int walk_interp(struct pywalk *w, uint64_t interp, int64_t index, pywalk_
                         if (rc != 0)
                                 th.depth = 0;
                 }
-                int frc = fn(ctx, &th);
-                if (frc < 0)
-                        return frc;
-                if (frc > 0)
-                        *stop = true;
+                walked_note(w, &th);
+                if (!frameless_hold(w, &th)) {
+                        int frc = fn(ctx, &th);
+                        if (frc < 0)
+                                return frc;
+                        if (frc > 0)
+                                *stop = true;
+                }
                 if (last)
                         break;
                 tstate = rd64(ts + L->ts_next);
         }
-        return 0;
+        return frameless_report(w, fn, ctx, stop);
 }
 
 static int interp_head(struct pywalk *w, uint64_t *head)
@@ -1443,6 +1560,8 @@ void pywalk_close(struct pywalk *w)
         free(w->all);
         free(w->hash);
         free(w->frames);
+        free(w->walked);
+        free(w->frameless);
         free(w->pending);
         pytasks_free(w->tasks);
         pysnap_free(&w->snap);

@@ -97,7 +97,11 @@ void pywalk_close(struct pywalk *w);
 typedef int (*pywalk_thread_fn)(void *ctx, const struct pywalk_thread *th);
 
 /*
- * Sample every thread of every interpreter once. Returns 0 (per-thread
+ * Sample every thread of every interpreter once: newest thread first (as
+ * CPython links them), those with no frames after the others of their
+ * interpreter. A thread state with no frames and the thread id or TID of
+ * another state of its interpreter is not reported (before 3.12, a new
+ * thread's state carries its creator's ids until the thread starts). Returns 0 (per-thread
  * failures are reported through th->status, not here), a negative errno
  * when the process is gone (-ESRCH) or unreadable, or the negative value a
  * call of fn returned (its threads after it are not walked).

@@ -96,6 +96,13 @@ struct type_flags {
 enum { HINT_THREADING, HINT_ACTIVE, HINT_MODULE, HINT_GLOBAL, N_HINTS };
 #define NAME_TYPES 8 /* classes of threads whose name's index is remembered */
 
+/* A thread state seen in a walk of its interpreter's list (walk_interp()). */
+struct walked_thread {
+        uint64_t tstate, thread_id;
+        int64_t native_tid;
+        bool frames;
+};
+
 struct pywalk {
         struct pylayout L;
         struct pyfind_target t;
@@ -130,6 +137,16 @@ struct pywalk {
         size_t n_tid_candidates;
 
         struct pytasks *tasks; /* pywalk_set_tasks(): the asyncio tasks walk, NULL when off */
+
+        /*
+         * walk_interp(): the threads of the interpreter being walked that
+         * were reported or held back, and those with no frames, held back
+         * until its end (a state being handed to a new thread).
+         */
+        struct walked_thread *walked;
+        size_t n_walked, cap_walked;
+        struct pywalk_thread *frameless;
+        size_t n_frameless, cap_frameless;
 
         uint32_t hints[N_HINTS];
         uint64_t name_hint_type[NAME_TYPES]; /* a class of threads... */

@@ -114,6 +114,7 @@ struct sampler {
         pid_t pid;
         bool blocking;
         bool no_switch_events; /* cpustate_open() is refused here: /proc only */
+        bool same_pidns;       /* the target's thread ids are ours (procfs_same_pidns) */
         struct pyfind_target target;
         char version[32];
         char build[64];
@@ -257,6 +258,7 @@ int sampler_open(pid_t pid, bool blocking, struct sampler **out, char *err, size
         }
         s->pid = pid;
         s->blocking = blocking;
+        s->same_pidns = procfs_same_pidns(pid);
         int rc = pyfind_target(pid, &s->target, err, errlen);
         if (rc < 0)
                 goto fail;
@@ -547,6 +549,15 @@ static void thread_rebind(struct sampler *s, struct sthread *t, int64_t ns_tid)
         if (ns_tid <= 0)
                 return;
         pid_t host = procfs_host_tid(s->pid, (pid_t)ns_tid);
+        /*
+         * Exited since it was read (a thread that ran a short job: a tenth of
+         * a millisecond is enough): in our namespace its id is still its id.
+         * Without it the sample went to a thread with no OS id, shared by
+         * every such thread whose pthread id was the same (glibc reuses
+         * them), and the thread's other samples to another.
+         */
+        if (host == -ENOENT && s->same_pidns)
+                host = (pid_t)ns_tid;
         if (host <= 0)
                 return;
         t->host_tid = host;
@@ -1258,14 +1269,19 @@ static unsigned over_state(const struct sampler *s, const struct sthread *t, uns
 /* One walked thread to a sample in the trace (or an error count). */
 static int sample_thread(struct sampler *s, const struct pywalk_thread *th)
 {
-        /* A thread state still being set up (no thread id yet) is not a thread yet. */
-        if (th->thread_id == 0 && th->depth == 0)
+        /*
+         * A thread state still being set up (no thread id yet) is not a
+         * thread yet; a list that could not be read is counted as torn.
+         */
+        if (th->status == 0 && th->thread_id == 0 && th->depth == 0)
                 return 0;
-        struct sthread *t = thread_lookup(s, th);
-        if (!t)
-                return -ENOMEM;
-        t->seen_tick = s->tick;
-        thread_bind_tid(s, t, th->native_tid);
+        struct sthread *t = NULL;
+        if (th->thread_id || th->status == 0) {
+                if (!(t = thread_lookup(s, th)))
+                        return -ENOMEM;
+                t->seen_tick = s->tick;
+                thread_bind_tid(s, t, th->native_tid);
+        }
         s->st.retries += th->retries;
         if (th->status == 0 && th->retries)
                 s->st.recovered++;

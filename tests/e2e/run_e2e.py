@@ -26,6 +26,7 @@ import tempfile
 import time
 
 import interps
+import tracefile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORK = os.path.join(HERE, "workloads")
@@ -233,6 +234,42 @@ def test_threads(r, label, py, mode, extra=()):
     r.check("%s %s threads: --thread worker_one selects that thread" % (label, mode),
             n_named >= 50 and funcs == {"worker_one"},
             "samples %d, functions %s" % (n_named, sorted(funcs)))
+
+
+def test_thread_spawn(r, label, py, mode):
+    """A thread started per job: every thread has at most one sample per
+    instant, and the main thread one in every instant of the recording
+    (before, it had a second, empty one whenever a new thread's state still
+    carried its ids, and lost those where a thread's end cut the list)."""
+    db = r.out("spawn-%s-%s" % (label, mode))
+    p = r.rec(["-o", db, "-r", "200"] + mode_flags(mode)
+              + ["--", py, os.path.join(WORK, "spawner.py"), "2"])
+    if not r.check("%s %s spawn: exits 0" % (label, mode), p.returncode == 0, p.stderr):
+        return
+    inf = r.info(db)
+    # Before 3.11 the TID is found in struct pthread, after a first sample:
+    # the main thread's first samples can be in a row without it.
+    main = tracefile.threads(db, "t.task_of IS NULL AND t.python_thread_id = (SELECT m.python_thread_id "
+                                 "FROM threads m WHERE m.tid = m.pid AND m.task_of IS NULL) "
+                                 "AND (t.tid IS NULL OR t.tid = t.pid)")
+    rows = tracefile.samples(db)
+    seen, doubled = set(), 0
+    for ref, t, _, _ in rows:
+        doubled += (ref, t) in seen
+        seen.add((ref, t))
+    r.check("%s %s spawn: one sample per thread and instant" % (label, mode), doubled == 0,
+            "%d doubled of %d" % (doubled, len(rows)))
+    if not r.check("%s %s spawn: the main thread found" % (label, mode), main, "%s" % main):
+        return
+    instants = set(t for _, t, _, _ in rows)
+    mine = [t for ref, t, _, _ in rows if ref in main]
+    r.check("%s %s spawn: one main thread sample per instant" % (label, mode),
+            len(mine) == len(set(mine)), "%d samples in %d instants" % (len(mine), len(set(mine))))
+    mine = set(mine)
+    torn = inf["errors"]["torn"] + inf["errors"]["read"]
+    r.check("%s %s spawn: the main thread in every instant" % (label, mode),
+            len(instants) >= 200 and len(instants - mine) <= torn,
+            "missing from %d of %d instants, %s errors" % (len(instants - mine), len(instants), torn))
 
 
 def test_threads_proc_state(r, label, py, mode):
@@ -842,7 +879,7 @@ def mode_flags(mode):
     return ["--blocking"] if mode == "blocking" else []
 
 
-TESTS = [test_hot, test_ratio, test_threads, test_threads_proc_state, test_generators, test_exit_status, test_attach,
+TESTS = [test_hot, test_ratio, test_threads, test_thread_spawn, test_threads_proc_state, test_generators, test_exit_status, test_attach,
          test_subprocesses, test_subprocess_churn, test_container, test_signals, test_dump, test_dump_consistent,
          test_cli, test_accuracy, test_hold_over, test_hold_over_two]
 

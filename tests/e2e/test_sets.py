@@ -43,7 +43,6 @@ import io
 import json
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -57,6 +56,7 @@ except ImportError:  # the runner is Python 3; this keeps linters quiet
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_continuous as tc  # noqa: E402  (Runner, meta, interpreters)
+import tracefile  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PUSH = os.path.join(HERE, "..", "..", "scripts", "pyroscope-push.sh")
@@ -100,54 +100,22 @@ t.join()
 
 # ---- trace contents, read here independently of pyflame-report ----
 
-def varint(buf, i):
-    v = shift = 0
-    while True:
-        b = buf[i]
-        i += 1
-        v |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return v, i
-
-
 def sample_times(db, on_cpu=True):
     """Every sample's time (ns from the trace's start) of the threads' streams,
-    decoded from the sample chunks (schema/trace.sql), on-CPU ones only by
-    default (what a report counts without --idle)."""
-    con = sqlite3.connect(db)
-    try:
-        rows = con.execute("SELECT c.first_ns, c.count, c.data FROM sample_chunks c "
-                           "JOIN threads t ON t.ref = c.thread "
-                           "WHERE t.task_of IS NULL").fetchall()
-    finally:
-        con.close()
-    out = []
-    for first, count, data in rows:
-        data = bytes(data)
-        i, t, state = 0, first, None
-        for k in range(count):
-            v, i = varint(data, i)
-            if k:
-                t += v >> 1
-            if not (v & 1) or state is None:
-                w, i = varint(data, i)
-                state = w & 7
-            if not on_cpu or state & 1:
-                out.append(t)
-    return out
+    on-CPU ones only by default (what a report counts without --idle)."""
+    return [t for _, t, _, state in tracefile.samples(db) if not on_cpu or state & 1]
 
 
 def pb_fields(buf):
     """(field, wire type, value) of a protobuf message: ints or bytes."""
     i = 0
     while i < len(buf):
-        key, i = varint(buf, i)
+        key, i = tracefile.varint(buf, i)
         f, wt = key >> 3, key & 7
         if wt == 0:
-            v, i = varint(buf, i)
+            v, i = tracefile.varint(buf, i)
         elif wt == 2:
-            n, i = varint(buf, i)
+            n, i = tracefile.varint(buf, i)
             v = buf[i:i + n]
             i += n
         elif wt == 1:
@@ -166,7 +134,7 @@ def pb_ints(wt, v):
         return [v]
     out, i = [], 0
     while i < len(v):
-        x, i = varint(v, i)
+        x, i = tracefile.varint(v, i)
         out.append(x)
     return out
 

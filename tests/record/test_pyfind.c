@@ -1068,6 +1068,7 @@ static void test_procfs_threads(void **state)
         assert_int_equal(procfs_host_tid(getpid(), bt.tid), bt.tid);
         assert_int_equal(procfs_ns_tid(getpid(), bt.tid), bt.tid); /* our namespace is its own */
         assert_int_equal(procfs_host_tid(getpid(), getpid()), getpid());
+        assert_true(procfs_same_pidns(getpid()));
 
         assert_int_equal(write(bt.fds[1], "x", 1), 1);
         pthread_join(th, NULL);
@@ -1133,11 +1134,13 @@ static void test_procfs_pid_namespace(void **state)
         pid_t host = procfs_host_tid(inner, 1);
         pid_t ns = procfs_ns_tid(inner, inner);
         pid_t absent = procfs_host_tid(inner, 99999); /* (a sanitizer may add a thread 2) */
+        bool same = procfs_same_pidns(inner);
         kill(inner, SIGKILL);
         waitpid(mid, NULL, 0);
         assert_int_equal(host, inner);
         assert_int_equal(ns, 1);
         assert_int_equal(absent, -ENOENT);
+        assert_false(same);
 }
 
 int main(void)
