@@ -484,6 +484,11 @@ static int copy_segments(struct trace_writer *w, sqlite3 *db, const struct segme
         /* One transaction a file: SQLite detaches no database inside one. */
         const char *failed = out;
         /*
+         * SQLite's message of the failed statement, kept before the ROLLBACK
+         * and DETACH that follow it replace it ("not an error").
+         */
+        char why[256] = "";
+        /*
          * Threads are matched by what they are (join_threads()): an index for
          * it while joining, and each file's refs mapped to the join's in tmap.
          */
@@ -513,8 +518,10 @@ static int copy_segments(struct trace_writer *w, sqlite3 *db, const struct segme
                     (src = copy_samples(db, shift, files != NULL, base)) == SQLITE_OK &&
                     (!files || (src = last_chunk_id(db, &files[i].last_id)) == SQLITE_OK))
                         src = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
-                if (src != SQLITE_OK)
+                if (src != SQLITE_OK) {
+                        snprintf(why, sizeof(why), "%s", sqlite3_errmsg(db));
                         sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+                }
                 exec2(db, "DETACH DATABASE seg", 0, 0);
                 if (files)
                         files[i].base = base;
@@ -531,7 +538,7 @@ static int copy_segments(struct trace_writer *w, sqlite3 *db, const struct segme
         if (src != SQLITE_OK) {
                 int rc = trace_writer_fail(
                     w, (src & 0xff) == SQLITE_NOMEM ? TRACE_ERR_NOMEM : TRACE_ERR_IO,
-                    "joining %s: %s", failed, sqlite3_errmsg(db));
+                    "joining %s: %s", failed, why[0] ? why : sqlite3_errmsg(db));
                 sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
                 return rc;
         }

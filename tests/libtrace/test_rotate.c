@@ -231,6 +231,36 @@ static void test_join(void **state)
         trace_reader_close(r);
 }
 
+/*
+ * A file that fails to join says why: SQLite's message of the statement
+ * that failed (it once said "not an error": the ROLLBACK after it had
+ * replaced the message), and which file.
+ */
+static void test_join_says_why(void **state)
+{
+        struct fixture *f = *state;
+        char *d = tu_mkdtemp();
+        char *broken = tu_path(d, "broken.db"), *joined = tu_path(d, "joined.db");
+        tu_copy_file(f->file[1], broken);
+        sqlite3 *db;
+        assert_int_equal(sqlite3_open(broken, &db), SQLITE_OK);
+        assert_int_equal(sqlite3_exec(db, "DROP TABLE errors", NULL, NULL, NULL), SQLITE_OK);
+        sqlite3_close(db);
+        const char *paths[] = {f->file[0], broken, f->file[2]};
+        struct trace_writer *w = NULL;
+        assert_true(trace_join_segments(joined, 0, paths, 3, &w) < 0);
+        const char *msg = trace_writer_errmsg(w);
+        if (!strstr(msg, "broken.db") || !strstr(msg, "no such table"))
+                fail_msg("message: %s", msg);
+        trace_writer_free(w);
+        assert_int_equal(access(joined, F_OK), -1);
+        unlink(broken);
+        rmdir(d);
+        free(broken);
+        free(joined);
+        free(d);
+}
+
 /* A file missing in the middle is a gap: refused, and no output is left. */
 static void test_join_refuses_gap(void **state)
 {
@@ -894,6 +924,7 @@ int main(void)
             cmocka_unit_test(test_each_file_complete),
             cmocka_unit_test(test_join),
             cmocka_unit_test(test_join_refuses_gap),
+            cmocka_unit_test(test_join_says_why),
             cmocka_unit_test(test_open_set),
             cmocka_unit_test(test_open_set_gap),
             cmocka_unit_test(test_open_set_in_place),
