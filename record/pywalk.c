@@ -1171,7 +1171,8 @@ static int snap_reread(struct pywalk *w, uint64_t tstate, uint8_t *ts, size_t ts
  * interpreter has too is one OS thread seen twice: before 3.12 (and on 2.7) the thread
  * that starts another makes the new thread's state itself, with its own ids
  * (thread_id, native_thread_id), and the new thread sets its ids only once
- * it runs. Reported, that state was a second, empty sample of the starting
+ * it runs (3.11 one after the other: a state was seen with its own thread
+ * id and its creator's TID). Reported, that state was a second, empty sample of the starting
  * thread in the same instant, under the same trace thread (a server's
  * accepting thread, one per connection). So a thread with no frames waits
  * until its interpreter is walked (frameless_hold()), and is reported then
@@ -1221,37 +1222,75 @@ static bool walked_before(const struct pywalk *w, uint64_t tstate)
 }
 
 /*
- * Whether a state with these ids is of the same OS thread as th: the same
- * thread id, or the same TID. 3.11 sets a new thread's ids one after the
- * other once it runs, and a state was seen with its own thread id and its
- * creator's TID.
+ * A set of ids, for frameless_report(): open addressing, 0 the empty slot.
+ * A thread id and a TID are kept apart by a tag bit.
  */
-static bool same_thread(uint64_t thread_id, int64_t native_tid, const struct pywalk_thread *th)
+#define ID_TID_TAG (1ull << 63)
+
+static bool idset_add(uint64_t *set, size_t cap, uint64_t id, bool insert)
 {
-        return thread_id == th->thread_id || (native_tid > 0 && native_tid == th->native_tid);
+        size_t i = (size_t)((id * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
+        for (; set[i]; i = (i + 1) & (cap - 1))
+                if (set[i] == id)
+                        return true;
+        if (insert)
+                set[i] = id;
+        return false;
 }
 
-/* Report the held-back threads of the interpreter just walked (frameless_hold()). */
+/* Whether a thread's ids are in the set; with `insert`, they are added. */
+static bool idset_has(uint64_t *set, size_t cap, uint64_t thread_id, int64_t native_tid,
+                      bool insert)
+{
+        bool in = thread_id && idset_add(set, cap, thread_id, insert);
+        if (native_tid > 0)
+                in = idset_add(set, cap, (uint64_t)native_tid | ID_TID_TAG, insert) || in;
+        return in;
+}
+
+/*
+ * Report the held-back threads of the interpreter just walked
+ * (frameless_hold()): those whose thread id and TID no thread with frames
+ * has, and, of several that share one, the last in the list. Linear in the
+ * threads (a program may have many states with no frames: threads of a C
+ * library that calls into Python now and then).
+ */
 static int frameless_report(struct pywalk *w, pywalk_thread_fn fn, void *ctx, bool *stop)
 {
-        for (size_t i = 0; i < w->n_frameless && !*stop; i++) {
-                const struct pywalk_thread *th = &w->frameless[i];
-                bool twin = false;
-                for (size_t k = 0; k < w->n_walked && !twin; k++)
-                        twin = w->walked[k].frames &&
-                               same_thread(w->walked[k].thread_id, w->walked[k].native_tid, th);
-                for (size_t k = i + 1; k < w->n_frameless && !twin; k++)
-                        twin =
-                            same_thread(w->frameless[k].thread_id, w->frameless[k].native_tid, th);
-                if (twin)
+        if (!w->n_frameless)
+                return 0;
+        size_t cap = 16;
+        while (cap < 4 * (w->n_walked + w->n_frameless))
+                cap *= 2;
+        uint64_t *framed = calloc(cap, sizeof(*framed)), *later = calloc(cap, sizeof(*later));
+        bool *skip = calloc(w->n_frameless, sizeof(*skip));
+        if (framed && later && skip) {
+                for (size_t k = 0; k < w->n_walked; k++)
+                        if (w->walked[k].frames)
+                                idset_has(framed, cap, w->walked[k].thread_id,
+                                          w->walked[k].native_tid, true);
+                for (size_t i = w->n_frameless; i-- > 0;) {
+                        const struct pywalk_thread *th = &w->frameless[i];
+                        skip[i] = idset_has(framed, cap, th->thread_id, th->native_tid, false);
+                        /* A later one (older state) with one of its ids: that one stands. */
+                        skip[i] =
+                            idset_has(later, cap, th->thread_id, th->native_tid, true) || skip[i];
+                }
+        } /* out of memory: all are reported, as before */
+        int rc = 0;
+        for (size_t i = 0; i < w->n_frameless && !*stop && rc == 0; i++) {
+                if (skip && skip[i])
                         continue;
-                int frc = fn(ctx, th);
+                int frc = fn(ctx, &w->frameless[i]);
                 if (frc < 0)
-                        return frc;
-                if (frc > 0)
+                        rc = frc;
+                else if (frc > 0)
                         *stop = true;
         }
-        return 0;
+        free(framed);
+        free(later);
+        free(skip);
+        return rc;
 }
 
 /* Walk the threads of one interpreter; *stop set when the callback asked to stop. */
