@@ -143,13 +143,19 @@ def check_files(ext, files, rate):
     inside_long = inside_gaps = 0
     for f, m in zip(files, metas):
         start = int(m["start_mono_ns"])
-        rows = sql(ext, f, "SELECT thread, min(t_ns), max(t_ns), count(*), "
-                   "sum(gap > %d) FROM (SELECT thread, t_ns, t_ns - lag(t_ns) OVER "
-                   "(PARTITION BY thread ORDER BY t_ns) AS gap FROM pyflame_samples) "
-                   "GROUP BY thread;" % (2 * period))
+        # A thread is matched across files by what it is (pid, TID, Python
+        # thread id): each file numbers its threads itself (since af6e110).
+        rows = sql(ext, f, "SELECT t.pid || ':' || ifnull(t.tid, '') || ':' || "
+                   "t.python_thread_id, min(s.t_ns), max(s.t_ns), count(*), sum(s.gap > %d) "
+                   "FROM (SELECT thread, t_ns, t_ns - lag(t_ns) OVER (PARTITION BY thread "
+                   "ORDER BY t_ns) AS gap FROM pyflame_samples) s JOIN threads t ON "
+                   "t.ref = s.thread WHERE t.task_of IS NULL GROUP BY s.thread;" % (2 * period))
         spans = {}
         for thread, lo, hi, n, long_gaps in rows:
-            spans[thread] = (start + int(lo), start + int(hi))
+            lo, hi = start + int(lo), start + int(hi)
+            if thread in spans:  # one thread ended and added again in one file
+                lo, hi = min(lo, spans[thread][0]), max(hi, spans[thread][1])
+            spans[thread] = (lo, hi)
             inside_gaps += int(n) - 1
             inside_long += int(long_gaps or 0)
         per_file.append(spans)
