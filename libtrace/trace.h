@@ -251,7 +251,10 @@ enum trace_error_kind {
         TRACE_ERROR_READ = 1, /* memory read failed */
         TRACE_ERROR_LATE = 2, /* the sampler missed its deadline (one per missed tick) */
         TRACE_ERROR_OTHER = 3,
-        TRACE_ERROR_UNMATCHED = 4, /* a native stack its Python stack could not be merged into */
+        TRACE_ERROR_UNMATCHED = 4,    /* a native stack its Python stack could not be merged into */
+        TRACE_ERROR_NOT_RESIDENT = 5, /* --bpf: a page the walk needed was not resident; dropped */
+        TRACE_ERROR_TRUNCATED = 6, /* --bpf: deeper than the walk's bound; innermost frames kept */
+        TRACE_ERROR_INVALID = 7,   /* --bpf: a thread whose state did not validate; dropped */
         TRACE_ERROR_KIND_COUNT
 };
 

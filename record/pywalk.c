@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bpfwalk_shared.h"
 #include "linetable.h"
 #include "procfs.h"
 #include "pylayout.h"
@@ -1001,6 +1002,183 @@ int pywalk_frame_decode(struct pywalk *w, const uint8_t *fr, struct pywalk_frame
                 e->last_off = off;
         }
         out->line = e->last_line;
+        return 0;
+}
+
+/* ---- --bpf: frames copied in the kernel (bpfwalk.h) ------------------------ */
+
+int pywalk_bpf_proc(struct pywalk *w, struct bpfw_proc *out, char *err, size_t errlen)
+{
+        const struct pylayout *L = &w->L;
+        memset(out, 0, sizeof(*out));
+        struct bpfw_layout *B = &out->L;
+        B->ts_frame = L->ts_frame;
+        B->cframe_current = L->cframe_current;
+        B->ts_thread_id = L->ts_thread_id;
+        B->fr_back = L->fr_back;
+        B->fr_code = L->fr_code;
+        B->fr_lasti = L->fr_lasti;
+        B->fr_owner = L->fr_owner;
+        B->fr_is_entry = L->fr_is_entry;
+        B->fr_tlbc_index = L->fr_tlbc_index;
+        B->lasti_pointer = L->lasti == PYL_LASTI_POINTER;
+        const struct {
+                int32_t off;
+                uint32_t size;
+        } fields[] = {
+            {L->fr_back, 8},  {L->fr_code, 8},     {L->fr_lasti, B->lasti_pointer ? 8 : 4},
+            {L->fr_owner, 1}, {L->fr_is_entry, 1}, {L->fr_tlbc_index, 4}};
+        int32_t lo = INT32_MAX, hi = 0;
+        for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+                if (fields[i].off < 0)
+                        continue;
+                lo = fields[i].off < lo ? fields[i].off : lo;
+                hi = fields[i].off + (int32_t)fields[i].size > hi
+                         ? fields[i].off + (int32_t)fields[i].size
+                         : hi;
+        }
+        if (L->ts_frame < 0 || L->ts_thread_id < 0 || L->fr_back < 0 || L->fr_code < 0 ||
+            L->fr_lasti < 0 || hi - lo > BPFW_FRAME_WINDOW) {
+                snprintf(err, errlen,
+                         "the in-kernel sampler cannot walk Python %s frames (fields %d bytes "
+                         "apart, %d at most)",
+                         L->name, hi - lo, BPFW_FRAME_WINDOW);
+                return PYFIND_UNSUPPORTED;
+        }
+        B->fr_lo = (uint32_t)lo;
+        B->fr_span = (uint32_t)(hi - lo);
+        if (w->t.free_threaded) {
+                out->flags |= BPFW_P_NO_GIL;
+        } else if (L->gil == PYL_GIL_SYMBOL) {
+                out->gil_holder_addr = w->t.tstate_current_addr;
+        } else if (L->gil == PYL_GIL_RUNTIME) {
+                out->gil_holder_addr = w->t.runtime_addr + (uint64_t)L->rt_tstate_current;
+        } else if (w->main_gil) {
+                out->gil_holder_addr = w->main_gil + (uint64_t)L->gil_holder;
+                out->gil_locked_addr = w->main_gil + (uint64_t)L->gil_locked;
+        }
+        return 0;
+}
+
+void pywalk_bpf_begin(struct pywalk *w)
+{
+        w->sample_no++;
+        code_cache_trim(w);
+        snap_begin(w);
+}
+
+void pywalk_bpf_end(struct pywalk *w)
+{
+        snap_end(w);
+}
+
+/*
+ * The frames of one event as walk_pass() makes them of frames it reads
+ * itself: the same skips (entry and shim frames, frames not started, code
+ * being cleared), the same code cache with its identity checks, the same
+ * line lookup. The copy was made while the thread was interrupted, so the
+ * chain is one instant's; what is left to check is that the code objects
+ * still are what the cache says.
+ */
+static int bpf_frames(struct pywalk *w, const struct bpfw_event *e, uint32_t *depth)
+{
+        const struct pylayout *L = &w->L;
+        struct cycle cyc;
+        cycle_init(&cyc);
+        bool group_has_frames = false;
+        *depth = 0;
+        w->n_pending = 0;
+        uint32_t n = e->depth;
+        for (uint32_t i = 0; i < n; i++) {
+                const struct bpfw_frame *f = &e->frames[i];
+                if (cycle_seen(&cyc, f->addr))
+                        return PYWALK_TORN;
+                uint64_t back = i + 1 < n ? e->frames[i + 1].addr : 0;
+                bool last_of_chain = i + 1 == n && !(e->flags & BPFW_F_TRUNCATED);
+                uint8_t owner = L->fr_owner >= 0 ? f->owner : 0;
+                if (last_of_chain && owner == L->owner_generator)
+                        return PYWALK_TORN;
+                (void)back;
+                if (owner >= L->owner_skip_from) {
+                        if (*depth > 0 && group_has_frames)
+                                w->frames[*depth - 1].entry = true;
+                        group_has_frames = false;
+                        continue;
+                }
+                bool is_entry = L->frames == PYL_FRAMES_OBJECT || (L->fr_is_entry >= 0 && f->entry);
+                uint64_t code = f->code & L->fr_code_mask;
+                if (!code)
+                        continue;
+                struct code_entry *ce;
+                bool check;
+                int rc = code_get(w, code, &ce, &check);
+                if (rc == NOT_CODE && L->executable_any)
+                        continue;
+                if (rc != 0)
+                        return rc == NOT_CODE || !fatal_read(rc) ? PYWALK_TORN : rc;
+                if (check && w->n_pending < MAX_STEPS)
+                        w->pending[w->n_pending++] = ce;
+                struct frame_pos pos = {0};
+                if (L->lasti == PYL_LASTI_POINTER)
+                        pos.ip = f->pos;
+                else
+                        pos.lasti = (int32_t)f->pos;
+                pos.tlbc = L->fr_tlbc_index >= 0 ? f->tlbc : 0;
+                int64_t off;
+                rc = frame_offset(w, &pos, code, &ce, owner, &off);
+                if (rc < 0)
+                        return rc;
+                if (off == INT64_MIN || ce->shim)
+                        continue;
+                if (*depth == PYWALK_MAX_DEPTH)
+                        return PYWALK_TORN;
+                w->frames[*depth].code = &ce->pub;
+                w->frames[*depth].entry = is_entry;
+                group_has_frames = true;
+                if (off != ce->last_off) {
+                        ce->last_line = lt_map_lookup(&ce->lines, off);
+                        ce->last_off = off;
+                }
+                w->frames[*depth].line = ce->last_line;
+                (*depth)++;
+        }
+        if (L->ts_base_frame >= 0 && n && !(e->flags & BPFW_F_TRUNCATED) &&
+            e->frames[n - 1].addr != e->tstate + (uint64_t)L->ts_base_frame)
+                return PYWALK_TORN;
+        return 0;
+}
+
+int pywalk_bpf_decode(struct pywalk *w, const struct bpfw_event *e, struct pywalk_thread *th)
+{
+        *th = (struct pywalk_thread){.tstate_addr = e->tstate,
+                                     .thread_id = e->thread_id,
+                                     .native_tid = -1,
+                                     .interp_id = 0,
+                                     .gil = PYWALK_GIL_UNKNOWN,
+                                     .atomic = true};
+        if (e->flags & BPFW_F_GIL_KNOWN)
+                th->gil = e->flags & BPFW_F_GIL_HELD ? PYWALK_GIL_HELD : 0;
+        if (w->t.free_threaded)
+                th->gil = PYWALK_NO_GIL | PYWALK_GIL_UNKNOWN;
+        int rc = 0;
+        for (int pass = 0;; pass++) {
+                rc = bpf_frames(w, e, &th->depth);
+                if (rc < 0 || !w->n_pending)
+                        break;
+                rc = code_verify_pending(w);
+                if (rc <= 0)
+                        break;
+                if (pass == 1) {
+                        rc = PYWALK_TORN;
+                        break;
+                }
+        }
+        if (rc < 0 && rc != PYWALK_TORN)
+                return rc;
+        th->status = rc;
+        th->frames = rc == 0 ? w->frames : NULL;
+        if (rc != 0)
+                th->depth = 0;
         return 0;
 }
 

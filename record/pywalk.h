@@ -204,4 +204,32 @@ size_t pywalk_code_entries(const struct pywalk *w);
 /* Number of memory reads issued so far (benchmarks). */
 uint64_t pywalk_reads(const struct pywalk *w);
 
+/*
+ * pyflame-record --bpf (bpfwalk.h): the frames are copied by a BPF program
+ * in the sampled thread's own context; the walker describes its layout to
+ * that program and decodes what it copied, with the same code cache and
+ * checks as its own walks.
+ */
+struct bpfw_proc;
+struct bpfw_event;
+
+/*
+ * Describe this interpreter to the BPF program (bpfwalk_shared.h): where
+ * the frame chain and the GIL's holder are. Call after a pywalk_sample()
+ * (3.12+ finds the GIL then). Returns 0, or PYFIND_UNSUPPORTED with a
+ * message for a layout the program cannot walk.
+ */
+int pywalk_bpf_proc(struct pywalk *w, struct bpfw_proc *out, char *err, size_t errlen);
+
+/*
+ * Decode events of the BPF program between pywalk_bpf_begin() and
+ * pywalk_bpf_end() (one batch, like one sample: code objects are read
+ * through its snapshot). An event with status BPFW_OK gives th (its frames
+ * valid until the next call): th->status 0, or PYWALK_TORN when its frames
+ * do not make a stack, or a negative errno that ends the batch (-ESRCH).
+ */
+void pywalk_bpf_begin(struct pywalk *w);
+int pywalk_bpf_decode(struct pywalk *w, const struct bpfw_event *e, struct pywalk_thread *th);
+void pywalk_bpf_end(struct pywalk *w);
+
 #endif

@@ -57,6 +57,7 @@
 #include "proctree.h"
 #include "pyflame-config.h"
 #include "rotation.h"
+#include "bpfwalk.h"
 #include "sampler.h"
 #include "schedule.h"
 #include "sources.h"
@@ -96,6 +97,7 @@ struct options {
         bool no_source;        /* do not store source files */
         bool no_switch_events; /* thread states from /proc only */
         bool no_bpf;           /* never read a running thread in its own context */
+        int bpf;               /* --bpf: sample in the kernel (1), or where it can (2, =auto) */
         bool async_tasks;      /* --async: sample asyncio tasks beside the threads */
         bool native;           /* merge native stacks in (implies blocking) */
         bool native_all;       /* ... keeping the interpreter's call plumbing */
@@ -160,6 +162,11 @@ static void usage(FILE *f)
             "  -s, --subprocesses     also record child processes (started before or after\n"
             "                         attaching: multiprocessing pools, subprocess, forks)\n"
             "      --no-source        do not store the source files of sampled code\n"
+            "      --bpf[=auto]       sample inside the kernel: a timer on each CPU walks\n"
+            "                         the stack of the thread it interrupts (no wake-up of\n"
+            "                         the recorder per sample, the target never stopped);\n"
+            "                         on-CPU time only; =auto falls back to the default\n"
+            "                         sampler where the kernel or privileges refuse it\n"
             "      --no-bpf           never read the thread running Python in its own context\n"
             "                         (a BPF program, on an IPI to its CPU); its stack is\n"
             "                         then read from outside while it changes, and the\n"
@@ -259,6 +266,7 @@ static int parse_args(int argc, char **argv, struct options *o)
                 OPT_MAX_SOURCE,
                 OPT_NO_SWITCH_EVENTS,
                 OPT_NO_BPF,
+                OPT_BPF,
                 OPT_NATIVE,
                 OPT_NATIVE_ALL,
                 OPT_ROTATE,
@@ -288,6 +296,7 @@ static int parse_args(int argc, char **argv, struct options *o)
             {"no-source", no_argument, NULL, OPT_NO_SOURCE},
             {"no-switch-events", no_argument, NULL, OPT_NO_SWITCH_EVENTS},
             {"no-bpf", no_argument, NULL, OPT_NO_BPF},
+            {"bpf", optional_argument, NULL, OPT_BPF},
             {"live", no_argument, NULL, OPT_LIVE},
             {"interval", required_argument, NULL, OPT_INTERVAL},
             {"max-source-bytes", required_argument, NULL, OPT_MAX_SOURCE},
@@ -369,6 +378,14 @@ static int parse_args(int argc, char **argv, struct options *o)
                         break;
                 case OPT_NO_BPF:
                         o->no_bpf = true;
+                        break;
+                case OPT_BPF:
+                        if (optarg && strcmp(optarg, "auto") != 0) {
+                                fprintf(stderr, "%s: invalid --bpf=%s (--bpf or --bpf=auto)\n",
+                                        prog, optarg);
+                                return -1;
+                        }
+                        o->bpf = optarg ? 2 : 1;
                         break;
                 case OPT_LIVE:
                         o->live = true;
@@ -460,6 +477,21 @@ static int parse_args(int argc, char **argv, struct options *o)
                         "Try '%s --help'.\n",
                         prog, prog);
                 return -1;
+        }
+        if (o->bpf) {
+                const char *clash = o->native        ? "--native"
+                                    : o->blocking    ? "--blocking"
+                                    : o->async_tasks ? "--async"
+                                    : o->no_bpf      ? "--no-bpf"
+                                    : o->dump        ? "--dump"
+                                                     : NULL;
+                if (clash) {
+                        fprintf(stderr,
+                                "%s: --bpf samples inside the kernel and cannot be combined "
+                                "with %s yet; drop one of them\n",
+                                prog, clash);
+                        return -1;
+                }
         }
         if (o->native)
                 o->blocking = true; /* the registers and stack need the thread held */
@@ -642,6 +674,9 @@ struct recording {
         int64_t sampling_ns;         /* time inside sampling passes: the work, not the waits */
         struct sampler_stats closed; /* the counts of samplers already closed */
         struct capture *capture;     /* in-context reads (capture.h), NULL when off */
+        struct bpfwalk *bpf;         /* --bpf: the in-kernel sampler, NULL when off */
+        char bpf_off[600];           /* --bpf=auto: why it fell back */
+        uint64_t bpf_late;           /* its late slots already counted in the trace */
         char capture_off[600];       /* why it is off */
         char priority[64];           /* the sampling thread's scheduling (sampling_priority) */
         /* Continuous recording (rotation.h); rot is NULL before the trace exists. */
@@ -765,6 +800,8 @@ static int open_one(const struct options *o, pid_t pid, struct sampler **out, ch
 
 static void setup_sampler(struct recording *r, struct sampler *s)
 {
+        if (r->bpf)
+                sampler_set_bpf(s, r->bpf);
         if (r->o->no_switch_events)
                 sampler_no_switch_events(s);
         sampler_set_capture(s, r->capture);
@@ -785,6 +822,8 @@ static void remove_sampler(struct recording *r, size_t i, int64_t t_ns)
         sources_unwatch(r->sources, sampler_pid(s));
         tsink_unlock(r->k);
         sampler_end_streams(s);
+        if (r->bpf)
+                bpfwalk_del_proc(r->bpf, sampler_pid(s));
         struct sampler_stats st;
         sampler_get_stats(s, &st);
         stats_add(&r->closed, &st);
@@ -1281,9 +1320,164 @@ static enum schedule_kind schedule_kind(const struct options *o)
         return o->blocking ? SCHEDULE_POISSON : SCHEDULE_STRATIFIED;
 }
 
+/* --bpf: how often the recorder wakes to take the events and re-read the threads. */
+#define BPF_POLL_NS    50000000
+#define BPF_REFRESH_NS 100000000
+
+struct bpf_dispatch {
+        struct recording *r;
+        bool *gone; /* per sampler: it failed, remove it */
+};
+
+/* An event of the in-kernel sampler to its process's sampler. */
+static int on_bpf_event(void *ctx, const struct bpfw_event *e, size_t len)
+{
+        (void)len;
+        struct bpf_dispatch *d = ctx;
+        struct recording *r = d->r;
+        for (size_t i = 0; i < r->n_samplers; i++) {
+                if (sampler_pid(r->samplers[i]) != (pid_t)e->pid)
+                        continue;
+                if (d->gone[i])
+                        return 0;
+                int rc = sampler_bpf_event(r->samplers[i], e);
+                if (rc == -ENOMEM || rc == -EIO)
+                        return rc;
+                if (rc < 0)
+                        d->gone[i] = true; /* unreadable: it is exiting */
+                return 0;
+        }
+        return 0; /* a process removed since */
+}
+
+/* --bpf: the kernel samples; we take its events, follow threads and processes. */
+static int record_loop_bpf(struct recording *r)
+{
+        const int64_t start = pf_now_mono_ns();
+        const int64_t cpu_start = self_cpu_ns();
+        r->segment_start = start;
+        snprintf(r->priority, sizeof(r->priority), "in-kernel timers");
+        int64_t last_status = 0, last_follow = 0, last_match = 0, last_refresh = 0;
+        char err[512];
+        bool *gone = NULL;
+        size_t cap_gone = 0;
+        int status = 0;
+        for (bool last = false; !last;) {
+                if (stop_requested && r->child && forward_signal && !r->child_reaped) {
+                        kill(r->child, forward_signal);
+                        forward_signal = 0;
+                }
+                last = stop_requested && !r->child;
+                int64_t now = pf_now_mono_ns();
+                if (!last) {
+                        struct timespec ts = {0, BPF_POLL_NS};
+                        nanosleep(&ts, NULL);
+                        now = pf_now_mono_ns();
+                }
+                if (r->o->duration_ns && now - start >= r->o->duration_ns)
+                        last = true;
+                if (!last && r->o->subprocesses && now - last_follow >= 200000000) {
+                        follow_children(r, now);
+                        last_follow = now;
+                }
+                if (!last && r->matcher && now - last_match >= 200000000) {
+                        follow_matches(r, now);
+                        last_match = now;
+                }
+                if (r->n_samplers > cap_gone) {
+                        size_t cap = r->n_samplers * 2;
+                        bool *p = realloc(gone, cap * sizeof(*p));
+                        if (!p) {
+                                fprintf(stderr, "%s%s: out of memory\n", r->tty ? "\n" : "", prog);
+                                status = EXIT_INTERNAL;
+                                break;
+                        }
+                        gone = p;
+                        cap_gone = cap;
+                }
+                bool refresh = now - last_refresh >= BPF_REFRESH_NS;
+                if (refresh)
+                        last_refresh = now;
+                for (size_t i = 0; i < r->n_samplers; i++) {
+                        struct sampler *s = r->samplers[i];
+                        gone[i] = false;
+                        if (!refresh && !sampler_bpf_wants_refresh(s))
+                                continue;
+                        int rc = sampler_bpf_refresh(s, now, err, sizeof(err));
+                        if (rc == -EIO || rc == -ENOMEM) {
+                                fprintf(stderr, "%s%s: %s\n", r->tty ? "\n" : "", prog, err);
+                                status = rc == -EIO ? EXIT_OUTPUT : EXIT_INTERNAL;
+                                goto out;
+                        }
+                        if (rc == PYFIND_UNSUPPORTED)
+                                fprintf(stderr, "%s%s: process %d: %s\n", r->tty ? "\n" : "", prog,
+                                        (int)sampler_pid(s), err);
+                        if (rc < 0)
+                                gone[i] = true;
+                }
+                r->sampling_ns -= pf_now_mono_ns();
+                for (size_t i = 0; i < r->n_samplers; i++)
+                        sampler_bpf_begin(r->samplers[i]);
+                struct bpf_dispatch d = {r, gone};
+                int prc = bpfwalk_poll(r->bpf, on_bpf_event, &d);
+                for (size_t i = 0; i < r->n_samplers; i++) {
+                        int rc = sampler_bpf_end(r->samplers[i], err, sizeof(err));
+                        if (rc < 0 && prc >= 0)
+                                prc = rc;
+                }
+                r->sampling_ns += pf_now_mono_ns();
+                if (prc == -EIO || prc == -ENOMEM) {
+                        fprintf(stderr, "%s%s: writing %s: %s\n", r->tty ? "\n" : "", prog,
+                                current_file(r), prc == -ENOMEM ? "out of memory" : err);
+                        status = prc == -EIO ? EXIT_OUTPUT : EXIT_INTERNAL;
+                        break;
+                }
+                if (refresh) {
+                        struct bpfwalk_stats bs;
+                        bpfwalk_get_stats(r->bpf, &bs);
+                        if (bs.late > r->bpf_late) {
+                                tsink_error(r->k, 0, TRACE_ERROR_LATE, bs.late - r->bpf_late);
+                                r->late += bs.late - r->bpf_late;
+                                r->bpf_late = bs.late;
+                        }
+                }
+                reap_child(r);
+                for (size_t i = r->n_samplers; i-- > 0;) {
+                        bool child_gone =
+                            r->child_reaped && sampler_pid(r->samplers[i]) == r->child;
+                        if (gone[i] || child_gone) {
+                                reap_child(r);
+                                gone[i] = gone[r->n_samplers - 1];
+                                remove_sampler(r, i, now);
+                        }
+                }
+                maybe_rotate(r);
+                if (r->n_samplers == 0 && !roots_alive(r))
+                        break;
+                if (tsink_failed(r->k)) {
+                        fprintf(stderr, "%s%s: writing %s: %s\n", r->tty ? "\n" : "", prog,
+                                current_file(r), tsink_errmsg(r->k));
+                        status = EXIT_OUTPUT;
+                        break;
+                }
+                if (r->tty && now - last_status >= 250000000) {
+                        status_line(r, now - start, false);
+                        last_status = now;
+                }
+        }
+out:
+        free(gone);
+        r->loop_cpu_ns = self_cpu_ns() - cpu_start;
+        if (r->tty)
+                status_line(r, pf_now_mono_ns() - start, true);
+        return status;
+}
+
 /* Sample until stopped. Returns 0, or an exit status for a fatal error. */
 static int record_loop(struct recording *r)
 {
+        if (r->bpf)
+                return record_loop_bpf(r);
         const int64_t period = (int64_t)(1e9 / r->o->rate_hz);
         const int64_t start = pf_now_mono_ns();
         const int64_t cpu_start = self_cpu_ns();
@@ -1427,10 +1621,17 @@ static int set_meta(struct recording *r)
         int rc = trace_writer_set_meta(r->w, TRACE_META_PIDS, buf);
         if (rc == 0)
                 rc = trace_writer_set_meta(r->w, TRACE_META_MODE,
-                                           r->o->blocking ? "blocking" : "nonblocking");
+                                           r->bpf           ? "bpf"
+                                           : r->o->blocking ? "blocking"
+                                                            : "nonblocking");
         if (rc == 0)
                 rc = trace_writer_set_meta(r->w, "schedule",
-                                           schedule_kind_name(schedule_kind(r->o)));
+                                           r->bpf ? "stratified per CPU"
+                                                  : schedule_kind_name(schedule_kind(r->o)));
+        if (rc == 0 && r->bpf)
+                rc = trace_writer_set_meta(r->w, "samples_of", "on-cpu");
+        if (rc == 0 && r->o->bpf == 2 && !r->bpf)
+                rc = trace_writer_set_meta(r->w, "bpf", r->bpf_off);
         if (rc == 0 && r->o->native)
                 rc = trace_writer_set_meta(r->w, "native", r->o->native_all ? "all" : "merged");
         snprintf(buf, sizeof(buf), "%g", r->o->rate_hz);
@@ -1526,6 +1727,31 @@ static void open_capture(struct recording *r)
                         "%s: note: running threads are read from outside, and the shares "
                         "of code whose stack changes fast can be off: %s\n",
                         prog, err);
+}
+
+/*
+ * --bpf: load the in-kernel sampler. --bpf=auto goes on with the default
+ * sampler where it cannot, and says why.
+ */
+static int open_bpf(struct recording *r)
+{
+        struct options *o = r->o;
+        if (!o->bpf)
+                return EXIT_OK;
+        char err[512];
+        int rc = bpfwalk_open(o->rate_hz, pf_now_mono_ns(), &r->bpf, err, sizeof(err));
+        if (rc == 0)
+                return EXIT_OK;
+        if (o->bpf == 2) {
+                snprintf(r->bpf_off, sizeof(r->bpf_off), "%s", err);
+                if (!o->quiet)
+                        fprintf(stderr, "%s: note: --bpf=auto: sampling from user space: %s\n",
+                                prog, err);
+                return EXIT_OK;
+        }
+        fprintf(stderr, "%s: --bpf: %s%s\n", prog, err,
+                rc == -ENOTSUP ? "" : "; or record without --bpf (or with --bpf=auto)");
+        return rc == -EPERM || rc == -EACCES ? EXIT_PERMISSION : EXIT_UNSUPPORTED;
 }
 
 /*
@@ -1697,7 +1923,12 @@ static int prepare(struct recording *r)
                 nofile.rlim_cur = nofile.rlim_max;
                 setrlimit(RLIMIT_NOFILE, &nofile);
         }
-        open_capture(r);
+        if ((status = open_bpf(r)) != EXIT_OK)
+                return status;
+        if (!r->bpf)
+                open_capture(r);
+        else
+                snprintf(r->capture_off, sizeof(r->capture_off), "off: --bpf");
         status = open_samplers(r);
         if (status == EXIT_OK && (o->match || o->all))
                 status = start_scanner(r);
@@ -1717,6 +1948,7 @@ static int abandon(struct recording *r, int status)
         tsink_free(r->k);
         trace_writer_free(r->w);
         capture_close(r->capture);
+        bpfwalk_close(r->bpf);
         if (r->child) {
                 kill(r->child, SIGTERM);
                 waitpid(r->child, NULL, 0);
@@ -1907,6 +2139,17 @@ static int finish_trace(struct recording *r, int status)
         trace_writer_set_meta(w, "sampling_priority", r->priority);
         /* How consistent the stacks are: in-context reads, retries, what stayed torn. */
         trace_writer_set_meta(w, "capture", r->capture ? "on" : r->capture_off);
+        if (r->bpf) {
+                /* The in-kernel sampler's own cost: its callbacks, timed inside them. */
+                struct bpfwalk_stats bs;
+                bpfwalk_get_stats(r->bpf, &bs);
+                trace_writer_set_meta_int(w, "bpf_run_ns", (int64_t)bs.run_ns);
+                trace_writer_set_meta_int(w, "bpf_timer_fires", (int64_t)bs.fires);
+                trace_writer_set_meta_int(w, "bpf_samples", (int64_t)bs.samples);
+                trace_writer_set_meta_int(w, "bpf_lost", (int64_t)bs.lost);
+                trace_writer_set_meta_int(w, "bpf_cpus", (int64_t)bs.cpus);
+                trace_writer_set_meta(w, "bpf_timers", bs.pinned ? "pinned" : "not pinned");
+        }
         trace_writer_set_meta_int(w, "captured_samples", (int64_t)r->closed.captured);
         trace_writer_set_meta_int(w, "captures", (int64_t)r->closed.captures);
         trace_writer_set_meta_int(w, "captures_not_running", (int64_t)r->closed.capture_idle);
@@ -2088,6 +2331,7 @@ int main(int argc, char **argv)
         trace_writer_free(r.w);
         sources_free(r.sources);
         capture_close(r.capture);
+        bpfwalk_close(r.bpf);
         free(r.candidates);
         return wait_program(&r, status);
 }

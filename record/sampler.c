@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "pfutil.h"
+#include "bpfwalk.h"
 #include "capture.h"
 #include "cpustate.h"
 #include "native.h"
@@ -115,6 +116,10 @@ struct sampler {
         bool blocking;
         bool no_switch_events; /* cpustate_open() is refused here: /proc only */
         bool same_pidns;       /* the target's thread ids are ours (procfs_same_pidns) */
+        /* --bpf: the in-kernel sampler (bpfwalk.h) takes the samples; NULL: we do. */
+        struct bpfwalk *bpf;
+        bool bpf_refresh;    /* an event named a thread it did not know */
+        uint64_t bpf_pushed; /* refreshes that told the BPF program of the process */
         struct pyfind_target target;
         char version[32];
         char build[64];
@@ -622,6 +627,8 @@ static void threads_gc(struct sampler *s)
         for (size_t i = 0; i < s->n_threads; i++) {
                 struct sthread *t = &s->threads[i];
                 if (s->tick - t->seen_tick > 100) {
+                        if (s->bpf && t->host_tid > 0)
+                                bpfwalk_del_thread(s->bpf, t->host_tid);
                         if (t->stat_fd >= 0)
                                 close(t->stat_fd);
                         if (t->trigger_fd >= 0)
@@ -1303,7 +1310,9 @@ static int sample_thread(struct sampler *s, const struct pywalk_thread *th)
          * stopped (states_before_stop()), or where there are no switch
          * records the /proc letter the stopper read then.
          */
-        if (s->blocking && t->before_stop >= 0) {
+        if (s->bpf) {
+                t->running = 1; /* found on a CPU by its timer */
+        } else if (s->blocking && t->before_stop >= 0) {
                 t->running = t->before_stop;
         } else if (s->blocking) {
                 int letter = t->host_tid > 0 ? stopper_thread_state(&s->stop, t->host_tid) : -1;
@@ -1582,6 +1591,136 @@ int sampler_tick_finish(struct sampler *s, char *err, size_t errlen)
                         tsink_unlock(s->k);
         }
         ends_push(s);
+        return 0;
+}
+
+/* ---- --bpf: samples taken in the kernel (bpfwalk.h) -------------------- */
+
+int sampler_set_bpf(struct sampler *s, struct bpfwalk *b)
+{
+        s->bpf = b;
+        s->no_switch_events = true; /* every sample is of a thread on a CPU */
+        return 0;
+}
+
+/* pywalk's callback in a refresh: know the thread, tell the BPF program. */
+static int bpf_learn(void *ctx, const struct pywalk_thread *th)
+{
+        struct sampler *s = ctx;
+        if (!th->thread_id)
+                return 0;
+        struct sthread *t = thread_lookup(s, th);
+        if (!t)
+                return -ENOMEM;
+        t->seen_tick = s->tick;
+        thread_bind_tid(s, t, th->native_tid);
+        if (t->host_tid > 0)
+                bpfwalk_set_thread(s->bpf, t->host_tid, th->tstate_addr, th->thread_id);
+        return 0;
+}
+
+int sampler_bpf_refresh(struct sampler *s, int64_t now_ns, char *err, size_t errlen)
+{
+        s->tick++;
+        s->tick_ns = now_ns;
+        s->bpf_refresh = false;
+        int rc = pywalk_sample(s->walk, bpf_learn, s);
+        if (rc == -ESRCH || (rc < 0 && kill(s->pid, 0) < 0 && errno == ESRCH)) {
+                snprintf(err, errlen, "process %d has exited", (int)s->pid);
+                return -ESRCH;
+        }
+        if (rc == -ENOMEM) {
+                snprintf(err, errlen, "out of memory");
+                return rc;
+        }
+        struct bpfw_proc p;
+        char msg[256];
+        if (rc == 0 && pywalk_bpf_proc(s->walk, &p, msg, sizeof(msg)) == 0) {
+                if (bpfwalk_set_proc(s->bpf, s->pid, &p) == 0)
+                        s->bpf_pushed++;
+        } else if (!s->bpf_pushed && rc == 0) {
+                snprintf(err, errlen, "%s", msg);
+                return PYFIND_UNSUPPORTED;
+        }
+        if (s->k && !s->names_walk &&
+            now_ns >= atomic_load_explicit(&s->names_due_ns, memory_order_relaxed)) {
+                tsink_lock(s->k);
+                int nrc = names_refresh(s, s->walk, now_ns);
+                if (nrc < 0)
+                        nrc = write_failed(s, nrc);
+                tsink_unlock(s->k);
+                if (nrc < 0) {
+                        snprintf(err, errlen, "writing the trace: %s", s->write_msg);
+                        return nrc;
+                }
+        }
+        if ((s->tick & 15) == 0 && (!s->k || tsink_trylock(s->k))) {
+                threads_gc(s);
+                if (s->k)
+                        tsink_unlock(s->k);
+        }
+        ends_push(s);
+        return 0;
+}
+
+bool sampler_bpf_wants_refresh(const struct sampler *s)
+{
+        return s->bpf_refresh;
+}
+
+void sampler_bpf_begin(struct sampler *s)
+{
+        s->write_rc = 0;
+        pywalk_bpf_begin(s->walk);
+}
+
+int sampler_bpf_event(struct sampler *s, const struct bpfw_event *e)
+{
+        if (e->status != BPFW_OK) {
+                enum trace_error_kind kind =
+                    e->status == BPFW_FAULT ? TRACE_ERROR_NOT_RESIDENT : TRACE_ERROR_INVALID;
+                if (e->status != BPFW_FAULT) {
+                        s->bpf_refresh = true;
+                        s->st.read_errors++;
+                } else {
+                        s->st.read_errors++;
+                }
+                if (s->k)
+                        tsink_error(s->k, s->pid, kind, 1);
+                return 0;
+        }
+        struct pywalk_thread th;
+        int rc = pywalk_bpf_decode(s->walk, e, &th);
+        if (rc < 0)
+                return rc;
+        /* The OS thread is the one the timer found: bind it as the refresh did. */
+        th.native_tid = -1;
+        for (size_t i = 0; i < s->n_threads; i++)
+                if (s->threads[i].tstate == th.tstate_addr &&
+                    s->threads[i].thread_id == th.thread_id) {
+                        th.native_tid = s->threads[i].ns_tid;
+                        break;
+                }
+        if (th.native_tid < 0) {
+                s->bpf_refresh = true; /* a thread new to us (found as the GIL's holder) */
+                if (s->same_pidns)
+                        th.native_tid = (int64_t)e->tid;
+        }
+        s->tick_ns = (int64_t)e->time_ns;
+        if (th.status == 0 && (e->flags & BPFW_F_TRUNCATED) && s->k)
+                tsink_error(s->k, s->pid, TRACE_ERROR_TRUNCATED, 1);
+        rc = sample_thread(s, &th);
+        return rc < 0 ? rc : 0;
+}
+
+int sampler_bpf_end(struct sampler *s, char *err, size_t errlen)
+{
+        pywalk_bpf_end(s->walk);
+        ends_push(s);
+        if (s->write_rc < 0) {
+                snprintf(err, errlen, "writing the trace: %s", s->write_msg);
+                return s->write_rc;
+        }
         return 0;
 }
 

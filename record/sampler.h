@@ -174,4 +174,29 @@ void sampler_get_stats(const struct sampler *s, struct sampler_stats *st);
 void sampler_end_streams(struct sampler *s);
 void sampler_close(struct sampler *s);
 
+struct bpfwalk;
+struct bpfw_event;
+
+/*
+ * --bpf: the in-kernel sampler `b` (bpfwalk.h) takes this process's samples;
+ * the sampler tells it the process and its threads (sampler_bpf_refresh)
+ * and turns its events into samples (sampler_bpf_event, between
+ * sampler_bpf_begin and sampler_bpf_end). Before the first refresh.
+ */
+int sampler_set_bpf(struct sampler *s, struct bpfwalk *b);
+/*
+ * Walk the thread list at monotonic time `now_ns`: tell the BPF program
+ * each thread's state and the process's layout, read thread names. About
+ * ten times a second, and soon after sampler_bpf_wants_refresh() says an
+ * event named a thread it did not know. Returns 0, -ESRCH when the process
+ * has gone, PYFIND_UNSUPPORTED when the program cannot walk its layout,
+ * -EIO/-ENOMEM; message in err.
+ */
+int sampler_bpf_refresh(struct sampler *s, int64_t now_ns, char *err, size_t errlen);
+bool sampler_bpf_wants_refresh(const struct sampler *s);
+void sampler_bpf_begin(struct sampler *s);
+/* One event of this process: a sample, or an error counted. Returns 0 or -errno. */
+int sampler_bpf_event(struct sampler *s, const struct bpfw_event *e);
+int sampler_bpf_end(struct sampler *s, char *err, size_t errlen);
+
 #endif

@@ -24,7 +24,8 @@
 static const char *const error_names[TRACE_ERROR_KIND_COUNT] = {
     [TRACE_ERROR_TORN] = "torn",           [TRACE_ERROR_READ] = "read",
     [TRACE_ERROR_LATE] = "late",           [TRACE_ERROR_OTHER] = "other",
-    [TRACE_ERROR_UNMATCHED] = "unmatched",
+    [TRACE_ERROR_UNMATCHED] = "unmatched", [TRACE_ERROR_NOT_RESIDENT] = "not_resident",
+    [TRACE_ERROR_TRUNCATED] = "truncated", [TRACE_ERROR_INVALID] = "invalid",
 };
 
 struct info {
@@ -520,9 +521,11 @@ static int info_text(struct trace_reader *r, const char *path, const struct info
         for (int k = 0; k < TRACE_ERROR_KIND_COUNT; k++)
                 errors += s->errors[k];
         out_printf(o, "\nerrors:     %llu", (unsigned long long)errors);
+        /* The kinds of the in-kernel sampler (--bpf) only where it counted some. */
         for (int k = 0; k < TRACE_ERROR_KIND_COUNT && errors; k++)
-                out_printf(o, "%s%s %llu", k ? ", " : " (", error_names[k],
-                           (unsigned long long)s->errors[k]);
+                if (k < TRACE_ERROR_NOT_RESIDENT || s->errors[k])
+                        out_printf(o, "%s%s %llu", k ? ", " : " (", error_names[k],
+                                   (unsigned long long)s->errors[k]);
         out_printf(o, "%s\nstacks:     %u distinct\nframes:     %u distinct\n", errors ? ")" : "",
                    s->stacks, s->frames);
         /* What sampling cost the recorder, when it said (pyflame-record does). */

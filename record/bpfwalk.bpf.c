@@ -1,0 +1,238 @@
+/*
+ * bpfwalk.bpf.c - pyflame-record --bpf: sample Python stacks inside the
+ * kernel, with no wake-up of the recorder per sample and no stop of the
+ * target.
+ *
+ * Each CPU has a BPF timer, pinned to it, that fires once per sampling
+ * period at an instant drawn uniformly within the period (the stratified
+ * schedule of the user-space sampler, schedule.h: every instant equally
+ * likely, so no periodic program can alias with it). It fires in the timer
+ * interrupt's soft part on that CPU, in the context of the task it
+ * interrupted. When that task is a thread of a recorded process, its thread
+ * state is found (the entry the recorder made for it, or, for a thread too
+ * new to have one, the GIL's holder when that is this very thread), its
+ * frame chain copied (bpfwalk_chain.h: code object, instruction position,
+ * owner, per frame) and sent through a ring buffer. The thread is not
+ * running while it is read: its stack cannot change under the walk. The
+ * recorder decodes code objects and lines and writes the samples.
+ *
+ * The timers are armed by `arm` (sys_enter, for the recorder's own thread
+ * pinned to each CPU in turn) and re-arm themselves; the recorder detaches
+ * `arm` once every CPU runs, and stopping is freeing the maps.
+ */
+#include <linux/bpf.h>
+#include <linux/time.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+#include "bpfwalk_shared.h"
+
+#define BPFW_READ(dst, len, addr) bpf_probe_read_user((dst), (len), (const void *)(addr))
+#define BPFW_INLINE               static __always_inline
+#include "bpfwalk_chain.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#ifndef BPF_F_TIMER_CPU_PIN
+#define BPF_F_TIMER_CPU_PIN (1ULL << 1)
+#endif
+
+/* Set by the recorder before loading. */
+volatile const __u64 ns_dev = 0, ns_ino = 0; /* its PID namespace */
+volatile const __u32 arm_tgid = 0;           /* its own process (host PID), for `arm` */
+volatile const __u64 period_ns = 10000000;
+volatile const __u64 start_ns = 0; /* the schedule's origin */
+/* Written by the recorder while running. */
+volatile __u32 stopping = 0;
+
+struct {
+        __uint(type, BPF_MAP_TYPE_ARRAY);
+        __uint(max_entries, BPFW_MAX_CPUS);
+        __type(key, __u32);
+        __type(value, struct bpfw_cpu);
+} cpus SEC(".maps");
+
+struct {
+        __uint(type, BPF_MAP_TYPE_HASH);
+        __uint(max_entries, BPFW_MAX_PROCS);
+        __type(key, __u32);
+        __type(value, struct bpfw_proc);
+} procs SEC(".maps");
+
+struct {
+        __uint(type, BPF_MAP_TYPE_HASH);
+        __uint(max_entries, BPFW_MAX_THREADS);
+        __type(key, __u32);
+        __type(value, struct bpfw_thread);
+} threads SEC(".maps");
+
+/* Where an event is built (larger than a BPF stack), and a frame's window. */
+struct scratch {
+        struct bpfw_event e;
+        __u8 win[BPFW_FRAME_WINDOW + 8];
+};
+
+struct {
+        __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+        __uint(max_entries, 1);
+        __type(key, __u32);
+        __type(value, struct scratch);
+} scratch SEC(".maps");
+
+struct {
+        __uint(type, BPF_MAP_TYPE_RINGBUF);
+        __uint(max_entries, 8 << 20);
+} events SEC(".maps");
+
+#if defined(__TARGET_ARCH_x86)
+/* pthread_self() is the thread's FS base on x86-64 (glibc and musl). */
+struct thread_struct___pf {
+        unsigned long fsbase;
+} __attribute__((preserve_access_index));
+struct task_struct___pf {
+        struct thread_struct___pf thread;
+} __attribute__((preserve_access_index));
+
+static __always_inline __u64 current_pthread(void)
+{
+        struct task_struct___pf *t = (void *)bpf_get_current_task();
+        return BPF_CORE_READ(t, thread.fsbase);
+}
+#else
+static __always_inline __u64 current_pthread(void)
+{
+        return 0;
+}
+#endif
+
+/* Whether the GIL is held, and by whom (0: unknown or not held). */
+static __always_inline __u64 gil_holder(const struct bpfw_proc *p, __u16 *flags)
+{
+        __u64 holder = 0;
+        __s32 locked = 1;
+        if (!p->gil_holder_addr || (p->flags & BPFW_P_NO_GIL))
+                return 0;
+        if (bpf_probe_read_user(&holder, 8, (const void *)p->gil_holder_addr) < 0)
+                return 0;
+        if (p->gil_locked_addr &&
+            bpf_probe_read_user(&locked, 4, (const void *)p->gil_locked_addr) < 0)
+                return 0;
+        *flags |= BPFW_F_GIL_KNOWN;
+        return locked ? holder : 0;
+}
+
+static __always_inline void sample(struct bpfw_cpu *c)
+{
+        struct bpf_pidns_info ns;
+        if (bpf_get_ns_current_pid_tgid(ns_dev, ns_ino, &ns, sizeof(ns)))
+                return;
+        __u32 pid = ns.tgid, tid = ns.pid;
+        const struct bpfw_proc *p = bpf_map_lookup_elem(&procs, &pid);
+        if (!p)
+                return;
+        __u32 zero = 0;
+        struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
+        if (!s)
+                return;
+        struct bpfw_event *e = &s->e;
+        e->time_ns = bpf_ktime_get_ns();
+        e->pid = pid;
+        e->tid = tid;
+        e->flags = 0;
+        e->depth = 0;
+        e->tstate = 0;
+        e->thread_id = 0;
+        e->status = BPFW_OK;
+        __u64 holder = gil_holder(p, &e->flags);
+        const struct bpfw_thread *th = bpf_map_lookup_elem(&threads, &tid);
+        __u64 tstate = th ? th->tstate : 0, thread_id = 0;
+        if (tstate && bpf_probe_read_user(&thread_id, 8,
+                                          (const void *)(tstate + (__s64)p->L.ts_thread_id)) < 0)
+                thread_id = th->thread_id; /* not resident: the walk will say so */
+        else if (tstate && thread_id != th->thread_id)
+                tstate = 0; /* the entry is stale: the state went to another thread */
+        if (!tstate && holder) {
+                /* A thread the recorder has not seen yet: it is the holder if ids agree. */
+                __u64 self = current_pthread();
+                if (self &&
+                    bpf_probe_read_user(&thread_id, 8,
+                                        (const void *)(holder + (__s64)p->L.ts_thread_id)) == 0 &&
+                    thread_id == self) {
+                        tstate = holder;
+                        e->flags |= BPFW_F_BY_GIL;
+                }
+        }
+        c->samples++;
+        if (!tstate) {
+                e->status = th ? BPFW_STALE : BPFW_NO_THREAD;
+        } else {
+                e->tstate = tstate;
+                e->thread_id = thread_id;
+                if (holder == tstate)
+                        e->flags |= BPFW_F_GIL_HELD;
+                bpfw_walk(&p->L, tstate, e, s->win);
+        }
+        __u32 depth = e->depth;
+        if (depth > BPFW_MAX_DEPTH)
+                depth = BPFW_MAX_DEPTH;
+        __u64 size = BPFW_EVENT_HEAD + (__u64)depth * sizeof(struct bpfw_frame);
+        if (size > sizeof(*e))
+                size = sizeof(*e);
+        if (bpf_ringbuf_output(&events, e, size, 0) < 0)
+                c->lost++;
+}
+
+/*
+ * One sample, then the next instant: uniform within the next slot (slots of
+ * period_ns from start_ns); a slot already passed is counted late, not
+ * sampled.
+ */
+static int on_timer(void *map, __u32 *key, struct bpfw_cpu *c)
+{
+        __u64 t0 = bpf_ktime_get_ns();
+        if (stopping)
+                return 0;
+        c->fires++;
+        sample(c);
+        __u64 now = bpf_ktime_get_ns();
+        __u64 period = period_ns ? period_ns : 1;
+        __u64 next = c->slot + period;
+        if (now >= next + period) {
+                __u64 skip = (now - next) / period;
+                c->late += skip;
+                next += skip * period;
+        }
+        c->slot = next;
+        __u64 due = next + (bpf_get_prandom_u32() * period >> 32);
+        bpf_timer_start(&c->timer, due > now ? due - now : 0, c->pin_flags);
+        c->run_ns += bpf_ktime_get_ns() - t0;
+        return 0;
+}
+
+SEC("tp_btf/sys_enter")
+int arm(__u64 *ctx)
+{
+        if ((__u32)(bpf_get_current_pid_tgid() >> 32) != arm_tgid)
+                return 0;
+        __u32 cpu = bpf_get_smp_processor_id();
+        struct bpfw_cpu *c = bpf_map_lookup_elem(&cpus, &cpu);
+        if (!c || c->armed)
+                return 0;
+        if (bpf_timer_init(&c->timer, &cpus, CLOCK_MONOTONIC) < 0)
+                return 0;
+        bpf_timer_set_callback(&c->timer, on_timer);
+        __u64 now = bpf_ktime_get_ns(), period = period_ns ? period_ns : 1;
+        __u64 origin = start_ns && start_ns <= now ? start_ns : now;
+        c->slot = origin + (now - origin) / period * period;
+        __u64 due = c->slot + (bpf_get_prandom_u32() * period >> 32);
+        __u64 delay = due > now ? due - now : 0;
+        /* Pinned to this CPU where the kernel can (6.7+): else it may move when idle. */
+        c->pin_flags = BPF_F_TIMER_CPU_PIN;
+        if (bpf_timer_start(&c->timer, delay, c->pin_flags) < 0) {
+                c->pin_flags = 0;
+                if (bpf_timer_start(&c->timer, delay, 0) < 0)
+                        return 0;
+        }
+        c->armed = cpu + 1;
+        return 0;
+}

@@ -1,0 +1,108 @@
+/*
+ * bpfwalk_shared.h - what the in-kernel sampler (bpfwalk.bpf.c) and the
+ * recorder (bpfwalk.c, pywalk.c) share: the description of a process's
+ * CPython layout handed to the BPF program as data, its per-thread entries,
+ * and the events it sends back. Included by both sides: fixed-width kernel
+ * types only.
+ *
+ * The BPF program knows no CPython version: the recorder fills struct
+ * bpfw_layout from the same struct pylayout its own walker uses (the static
+ * tables, or the target's _Py_DebugOffsets from 3.13 on), so each version
+ * is described once.
+ */
+#ifndef PYFLAME_BPFWALK_SHARED_H
+#define PYFLAME_BPFWALK_SHARED_H
+
+#include <linux/bpf.h>
+#include <linux/types.h>
+
+#define BPFW_MAX_DEPTH    256 /* frames an event carries; deeper stacks are truncated */
+#define BPFW_FRAME_WINDOW 128 /* bytes of a frame read at once (every field used) */
+#define BPFW_MAX_PROCS    1024
+#define BPFW_MAX_THREADS  65536
+#define BPFW_MAX_CPUS     1024
+
+/* Where a version keeps what the walk reads. Offsets in bytes; -1: no such field. */
+struct bpfw_layout {
+        __s32 ts_frame;       /* PyThreadState: frame, cframe (3.11/3.12) or current_frame */
+        __s32 cframe_current; /* _PyCFrame.current_frame when ts_frame is a cframe; else -1 */
+        __s32 ts_thread_id;   /* PyThreadState.thread_id (pthread_t) */
+        __s32 fr_back;        /* f_back / previous */
+        __s32 fr_code;        /* f_code / f_executable */
+        __s32 fr_lasti;       /* f_lasti (int) or prev_instr / instr_ptr (pointer) */
+        __s32 fr_owner;       /* char owner (3.11+) */
+        __s32 fr_is_entry;    /* bool is_entry (3.11) */
+        __s32 fr_tlbc_index;  /* int32 tlbc_index (3.14t) */
+        __u32 fr_lo, fr_span; /* [fr_lo, fr_lo + fr_span) of a frame covers every field above */
+        __u8 lasti_pointer;   /* fr_lasti is 8 bytes (a pointer), else a 4-byte int */
+        __u8 pad[3];
+};
+
+/* One recorded process (map key: its PID in the recorder's PID namespace). */
+struct bpfw_proc {
+        struct bpfw_layout L;
+        __u64 gil_holder_addr; /* the word naming the GIL's holder (thread state), 0: unknown */
+        __u64 gil_locked_addr; /* an int that is non-zero while the GIL is held, 0: none */
+        __u32 flags;           /* BPFW_P_* */
+        __u32 pad;
+};
+
+#define BPFW_P_NO_GIL 0x1u /* free-threaded: no GIL to report */
+
+/* One thread of a recorded process (map key: its TID in the recorder's PID namespace). */
+struct bpfw_thread {
+        __u64 tstate;
+        __u64 thread_id; /* tstate->thread_id when the entry was made: a check of the entry */
+};
+
+/* One frame as read: the recorder decodes code and line (pywalk_bpf_decode()). */
+struct bpfw_frame {
+        __u64 addr; /* the frame */
+        __u64 code; /* f_code / f_executable, as stored (tag bits included) */
+        __u64 pos;  /* f_lasti (sign-extended int) or the instruction pointer */
+        __u8 owner, entry;
+        __u8 pad[2];
+        __s32 tlbc;
+};
+
+/* struct bpfw_event.status */
+enum {
+        BPFW_OK = 0,
+        BPFW_NO_THREAD, /* a thread of a recorded process the recorder has not told us of */
+        BPFW_FAULT,     /* a read failed in the interrupt (not resident: no page faults there) */
+        BPFW_STALE,     /* the thread's entry no longer matches its thread state */
+};
+
+/* struct bpfw_event.flags */
+#define BPFW_F_TRUNCATED 0x1u /* deeper than BPFW_MAX_DEPTH: the innermost frames are kept */
+#define BPFW_F_GIL_KNOWN 0x2u /* whether it held the GIL is known... */
+#define BPFW_F_GIL_HELD  0x4u /* ...and it did */
+#define BPFW_F_BY_GIL    0x8u /* found as the GIL's holder, not through its entry */
+
+/* One sample of one thread, leaf frame first. Sent with only its `depth` frames. */
+struct bpfw_event {
+        __u64 time_ns; /* CLOCK_MONOTONIC of the sample */
+        __u64 tstate;
+        __u64 thread_id; /* tstate->thread_id */
+        __u32 pid, tid;  /* in the recorder's PID namespace */
+        __u16 status, flags;
+        __u32 depth;
+        struct bpfw_frame frames[BPFW_MAX_DEPTH];
+};
+
+#define BPFW_EVENT_HEAD 40 /* bytes of struct bpfw_event before frames */
+
+/* Per CPU: the timer that samples it, its schedule and its counters. */
+struct bpfw_cpu {
+        struct bpf_timer timer;
+        __u64 slot;      /* start of the current slot, CLOCK_MONOTONIC */
+        __u64 fires;     /* timer callbacks */
+        __u64 samples;   /* callbacks that found a recorded process's thread */
+        __u64 late;      /* slots that passed with no callback */
+        __u64 lost;      /* events the ring buffer had no room for */
+        __u64 run_ns;    /* time spent in the callback, measured inside it */
+        __u64 armed;     /* 1 + CPU number once its timer runs */
+        __u64 pin_flags; /* flags the timer is started with */
+};
+
+#endif
