@@ -33,7 +33,7 @@ their own truth (about 1% are expected by chance; the tail probability of
 seeing as many is printed). Target: |bias| <= 1 point everywhere.
 
 Usage: accuracy.py --record PATH --report PATH [--only 3.12,2.7]
-                   [--modes nonblocking,blocking] [--rates 100,1000]
+                   [--modes nonblocking,blocking,bpf] [--rates 100,1000]
                    [--cases split-1P,...] [--runs 3] [--secs 6] [--json OUT]
                    [-- EXTRA pyflame-record OPTIONS]
 A full run on every interpreter takes about 1.5 hours on a 2-CPU machine.
@@ -94,13 +94,15 @@ def counts(rows, key, names):
     return got
 
 
-def measure(report, db, case, truth):
-    """[(metric, truth, measured, n)] for one recording."""
+def measure(report, db, case, truth, mode="nonblocking"):
+    """[(metric, truth, measured, n)] for one recording. A --bpf trace holds on-CPU
+    samples only (reports refuse --idle on it): its shares are of those."""
+    idle = () if mode == "bpf" else ("--idle",)
     if case.startswith("split") or case == "depth" or case == "faststack":
         a, b, key_a = {"depth": ("deep_leaf", "shallow_leaf", "self"),
                        "faststack": ("fast_loop", "flat", "total")}.get(
                            case, ("hot_a", "hot_b", "self"))
-        rows = report_json(report, db, "--idle")["rows"]
+        rows = report_json(report, db, *idle)["rows"]
         x = counts(rows, key_a, [a])[a]
         y = counts(rows, "self", [b])[b]
         if x + y == 0:
@@ -109,12 +111,14 @@ def measure(report, db, case, truth):
     if case == "twoproc":
         res = []
         for pid in sorted(truth):
-            rows = report_json(report, db, "--idle", "--pid", pid)["rows"]
+            rows = report_json(report, db, *(idle + ("--pid", pid)))["rows"]
             x = counts(rows, "self", ["hot_a"])["hot_a"]
             y = counts(rows, "self", ["hot_b"])["hot_b"]
             if x + y:
                 res.append(("hot_a", truth[pid]["hot_a"], x / (x + y), x + y))
         return res
+    if case == "oncpu" and mode == "bpf":
+        return []  # every sample of --bpf is on CPU: nothing to measure
     if case == "oncpu":
         every = report_json(report, db, "--idle", "--thread", "worker")
         on = report_json(report, db, "--thread", "worker")
@@ -125,7 +129,7 @@ def measure(report, db, case, truth):
         return [("on-cpu", truth["on_cpu"], on["samples"] / n, n),
                 ("idle_sleep", truth["idle_sleep"], idle / n, n)]
     # gil: of the samples in which one of them holds the GIL, each one's share.
-    held = dict((name, report_json(report, db, "--idle", "--gil", "--thread", name)["samples"])
+    held = dict((name, report_json(report, db, *(idle + ("--gil", "--thread", name)))["samples"])
                 for name in truth)
     n = sum(held.values())
     return [(name, truth[name], held[name] / n, n) for name in sorted(truth)] if n else []
@@ -258,7 +262,7 @@ def main():
                         info = json.loads(subprocess.run(
                             [args.report, "info", "--format", "json", db], capture_output=True,
                             text=True, check=True).stdout)
-                        for metric, true, got, n in measure(args.report, db, case, truth):
+                        for metric, true, got, n in measure(args.report, db, case, truth, mode):
                             sd = math.sqrt(max(true * (1 - true), 1e-9) / n)
                             results.append({
                                 "python": label, "mode": mode, "rate": rate, "case": case,

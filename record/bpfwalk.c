@@ -61,14 +61,17 @@ static int on_event(void *ctx, void *data, size_t size)
         return rc < 0 ? rc : 0;
 }
 
-/* Run the arming program on every CPU we may run on (our thread, pinned there in turn). */
+/*
+ * Run the arming program on every CPU (our thread, pinned to each in turn:
+ * also those outside the affinity we were started with, as by taskset,
+ * since the programs we record may run there). A CPU we may not run on (a
+ * cpuset) or that is offline keeps no timer.
+ */
 static unsigned arm_cpus(struct bpfwalk *b)
 {
         cpu_set_t old;
         bool have_old = sched_getaffinity(0, sizeof(old), &old) == 0;
         for (unsigned cpu = 0; cpu < b->ncpus && cpu < CPU_SETSIZE; cpu++) {
-                if (have_old && !CPU_ISSET(cpu, &old))
-                        continue;
                 cpu_set_t one;
                 CPU_ZERO(&one);
                 CPU_SET(cpu, &one);

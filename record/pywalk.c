@@ -1080,25 +1080,49 @@ void pywalk_bpf_end(struct pywalk *w)
  * chain is one instant's; what is left to check is that the code objects
  * still are what the cache says.
  */
+static int addr_cmp(const void *a, const void *b)
+{
+        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+        return x < y ? -1 : x > y;
+}
+
+/*
+ * Whether a truncated event's chain loops: a chain that ended (at NULL)
+ * cannot, one cut at the bound can. All of it is compared, exactly: Brent's
+ * step-by-step check misses most loops that close after its 128th step.
+ */
+static bool bpf_chain_loops(const struct bpfw_event *e)
+{
+        uint64_t a[BPFW_MAX_DEPTH];
+        uint32_t n = e->depth < BPFW_MAX_DEPTH ? e->depth : BPFW_MAX_DEPTH;
+        for (uint32_t i = 0; i < n; i++)
+                a[i] = e->frames[i].addr;
+        qsort(a, n, sizeof(a[0]), addr_cmp);
+        for (uint32_t i = 1; i < n; i++)
+                if (a[i] == a[i - 1])
+                        return true;
+        return false;
+}
+
+/*
+ * (Cut at the bound just above an entry frame, the innermost frame kept
+ * cannot know it ends an eval call: its entry flag stays false.)
+ */
 static int bpf_frames(struct pywalk *w, const struct bpfw_event *e, uint32_t *depth)
 {
         const struct pylayout *L = &w->L;
-        struct cycle cyc;
-        cycle_init(&cyc);
         bool group_has_frames = false;
         *depth = 0;
         w->n_pending = 0;
-        uint32_t n = e->depth;
+        uint32_t n = e->depth < BPFW_MAX_DEPTH ? e->depth : BPFW_MAX_DEPTH;
+        if ((e->flags & BPFW_F_TRUNCATED) && bpf_chain_loops(e))
+                return PYWALK_TORN;
         for (uint32_t i = 0; i < n; i++) {
                 const struct bpfw_frame *f = &e->frames[i];
-                if (cycle_seen(&cyc, f->addr))
-                        return PYWALK_TORN;
-                uint64_t back = i + 1 < n ? e->frames[i + 1].addr : 0;
                 bool last_of_chain = i + 1 == n && !(e->flags & BPFW_F_TRUNCATED);
                 uint8_t owner = L->fr_owner >= 0 ? f->owner : 0;
                 if (last_of_chain && owner == L->owner_generator)
                         return PYWALK_TORN;
-                (void)back;
                 if (owner >= L->owner_skip_from) {
                         if (*depth > 0 && group_has_frames)
                                 w->frames[*depth - 1].entry = true;

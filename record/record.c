@@ -1740,8 +1740,17 @@ static int open_bpf(struct recording *r)
                 return EXIT_OK;
         char err[512];
         int rc = bpfwalk_open(o->rate_hz, pf_now_mono_ns(), &r->bpf, err, sizeof(err));
-        if (rc == 0)
+        if (rc == 0) {
+                struct bpfwalk_stats bs;
+                bpfwalk_get_stats(r->bpf, &bs);
+                long online = sysconf(_SC_NPROCESSORS_ONLN);
+                if (online > 0 && bs.cpus < (unsigned long)online && !o->quiet)
+                        fprintf(stderr,
+                                "%s: note: --bpf samples on %u of the %ld CPUs (we may not run "
+                                "on the others): threads there are not sampled\n",
+                                prog, bs.cpus, online);
                 return EXIT_OK;
+        }
         if (o->bpf == 2) {
                 snprintf(r->bpf_off, sizeof(r->bpf_off), "%s", err);
                 if (!o->quiet)
@@ -2135,7 +2144,10 @@ static int finish_trace(struct recording *r, int status)
         trace_writer_set_meta_int(w, "held_over_samples", (int64_t)r->closed.held_over);
         trace_writer_set_meta_int(w, "memory_reads", (int64_t)r->closed.reads);
         trace_writer_set_meta_int(w, "proc_state_reads", (int64_t)r->closed.proc_state_reads);
-        trace_writer_set_meta(w, "switch_events", o->no_switch_events ? "off" : "on");
+        trace_writer_set_meta(w, "switch_events",
+                              r->bpf                ? "off (--bpf: every sample is on a CPU)"
+                              : o->no_switch_events ? "off"
+                                                    : "on");
         trace_writer_set_meta(w, "sampling_priority", r->priority);
         /* How consistent the stacks are: in-context reads, retries, what stayed torn. */
         trace_writer_set_meta(w, "capture", r->capture ? "on" : r->capture_off);

@@ -543,7 +543,18 @@ static int info_text(struct trace_reader *r, const char *path, const struct info
         const char *captured = trace_reader_meta(r, "captured_samples");
         const char *retries = trace_reader_meta(r, "torn_retries");
         const char *recovered = trace_reader_meta(r, "torn_recovered");
-        if (capture && captured && retries && recovered) {
+        const char *bpf_run = trace_reader_meta(r, "bpf_run_ns");
+        if (bpf_run && s->samples) {
+                /* --bpf: read in the kernel, in the thread's own context, every one. */
+                out_printf(o,
+                           "reads:      in the kernel, in each sampled thread's own context "
+                           "(--bpf), %.1f us per sample there",
+                           atof(bpf_run) / 1e3 / (double)s->samples);
+                const char *lost = trace_reader_meta(r, "bpf_lost");
+                if (lost && atoll(lost) > 0)
+                        out_printf(o, "; %s samples lost (ring buffer full)", lost);
+                out_puts(o, "\n");
+        } else if (capture && captured && retries && recovered) {
                 if (strcmp(capture, "on") == 0)
                         out_printf(o,
                                    "reads:      %s of %llu samples read in the running thread's "

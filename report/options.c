@@ -240,6 +240,12 @@ int select_resolve(struct trace_reader *r, const char *path, const struct select
                                    "holds no asyncio tasks: record with pyflame-record --async "
                                    "(CPython 3.7-3.13) to see them");
         trace_reader_set_view(r, o->async ? TRACE_VIEW_TASKS : TRACE_VIEW_THREADS);
+        const char *of = trace_reader_meta(r, "samples_of");
+        if (o->idle && of && strcmp(of, "on-cpu") == 0)
+                return report_fail(path,
+                                   "--idle: this trace was recorded with pyflame-record --bpf, "
+                                   "which samples threads on a CPU only; record without --bpf "
+                                   "for wall-clock time (threads asleep or waiting)");
 
         if (o->from || o->to || o->since || o->until) {
                 struct trace_summary sum;

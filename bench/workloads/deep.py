@@ -1,5 +1,7 @@
 # CPU-bound workload with a stack of a chosen depth, for the recorder
-# benchmark. Usage: deep.py DEPTH SECONDS      run for a time (0: forever)
+# benchmark. Usage: deep.py DEPTH SECONDS [THREADS]
+#                                              run for a time (0: forever), in
+#                                              THREADS threads (default 1) alike
 #                   deep.py DEPTH -N ITERS     do a fixed amount of work, print seconds taken
 #                   deep.py DEPTH -T SECONDS   run for a time, printing "MONOTONIC_TIME COUNT"
 #                                              every ~50 ms: units of work done since the last line
@@ -58,6 +60,13 @@ def main():
         while time.time() < end:
             leaf(1000)
 
+    threads = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    if threads > 1:
+        import threading
+        for _ in range(threads - 1):
+            t = threading.Thread(target=recurse, args=(depth - 2, spin))
+            t.daemon = True
+            t.start()
     recurse(depth - 2, spin)
 
 

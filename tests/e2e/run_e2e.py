@@ -9,6 +9,10 @@ it burns CPU, in which ratio, on which threads, through which generators; that
 spawn mode returns the program's exit status; and that a process we attached to
 is left running, untraced, with its signals delivered.
 
+The third mode, `bpf` (pyflame-record --bpf, the in-kernel sampler), runs
+where the kernel and our privileges allow it (root); it samples threads on a
+CPU only, so the checks about idle threads are its own there.
+
 Usage: run_e2e.py --record PATH --report PATH [--only 3.12] [--mode blocking]
 Prints one line per check and ends with 'N passed, N failed, N skipped'.
 """
@@ -195,7 +199,7 @@ def test_threads(r, label, py, mode, extra=()):
             continue  # a thread state caught before its OS thread was known
         sel = str(t["ref"]) if "ref" in t else str(t["tid"])
         busy = r.folded(db, ["--thread", sel])
-        everything = r.folded(db, ["--thread", sel, "--idle"])
+        everything = r.folded(db, ["--thread", sel] + ([] if mode == "bpf" else ["--idle"]))
         funcs = set()
         for fr, c in everything:
             for f in fr:
@@ -214,19 +218,27 @@ def test_threads(r, label, py, mode, extra=()):
         elif "sleeper" in funcs:
             n_all = sum(c for _, c in everything)
             n_busy = sum(c for _, c in busy)
-            sleeper_ok = n_all >= 50 and n_busy <= 0.2 * n_all
-            r.check("%s %s threads: sleeping thread is idle" % (label, mode), sleeper_ok,
-                    "on-cpu %d of %d" % (n_busy, n_all))
+            if mode == "bpf":
+                # On-CPU samples only: a thread that sleeps is (almost) never found.
+                sleeper_ok = n_all == n_busy and n_all <= 10
+                r.check("%s %s threads: sleeping thread is (almost) never sampled"
+                        % (label, mode), sleeper_ok, "%d samples" % n_all)
+            else:
+                sleeper_ok = n_all >= 50 and n_busy <= 0.2 * n_all
+                r.check("%s %s threads: sleeping thread is idle" % (label, mode), sleeper_ok,
+                        "on-cpu %d of %d" % (n_busy, n_all))
         elif len(mine) > 1:
             r.check("%s %s threads: one worker per thread" % (label, mode), False,
                     "thread %s shows %s" % (sel, sorted(mine)))
     r.check("%s %s threads: all three workers seen" % (label, mode), seen == workers,
             "seen %s" % sorted(seen))
-    if sleeper_ok is None:
+    if sleeper_ok is None and mode != "bpf":
         r.check("%s %s threads: sleeping thread found" % (label, mode), False)
     names = set(t.get("name") for t in threads)
+    # --bpf: the main thread waits in join() and the sleeper sleeps: neither may be in it.
+    want = workers if mode == "bpf" else workers | {"sleeper", "MainThread"}
     r.check("%s %s threads: info lists the thread names" % (label, mode),
-            workers | {"sleeper", "MainThread"} <= names and not misnamed,
+            want <= names and not misnamed,
             "names %s, misnamed %s" % (sorted(str(n) for n in names), misnamed))
     by_name = r.folded(db, ["--thread", "worker_one"])
     funcs = set(f[0].split(".")[-1] for fr, _ in by_name for f in fr) & (workers | {"sleeper"})
@@ -259,6 +271,8 @@ def test_thread_spawn(r, label, py, mode):
         seen.add((ref, t))
     r.check("%s %s spawn: one sample per thread and instant" % (label, mode), doubled == 0,
             "%d doubled of %d" % (doubled, len(rows)))
+    if mode == "bpf":
+        return  # on-CPU samples: the main thread, waiting for its threads, is rarely found
     if not r.check("%s %s spawn: the main thread found" % (label, mode), main, "%s" % main):
         return
     instants = set(t for _, t, _, _ in rows)
@@ -554,6 +568,8 @@ def test_signals(r, label, py, mode):
 
 
 def test_dump(r, label, py, mode):
+    if mode == "bpf":
+        return  # --dump reads from user space; --bpf refuses it
     target = subprocess.Popen([py, os.path.join(WORK, "longrun.py")], stdout=subprocess.PIPE,
                               universal_newlines=True)
     try:
@@ -593,10 +609,11 @@ def on_cpu(cpu):
         "taskset") else []
 
 
-def shares(r, db, a, b, key="self"):
+def shares(r, db, a, b, key="self", mode=None):
     """(share of a among a and b, samples of both) from --by-function, by their self
     samples or, with key="total", by the samples they are anywhere in."""
-    rows = json.loads(r.rep(["--by-function", "--format", "json", "--top", "0", "--idle", db]))
+    idle = [] if mode == "bpf" else ["--idle"]  # a --bpf trace has on-CPU samples only
+    rows = json.loads(r.rep(["--by-function", "--format", "json", "--top", "0"] + idle + [db]))
     x = sum(row[key] for row in rows["rows"] if row["function"] == a)
     y = sum(row[key] for row in rows["rows"] if row["function"] == b)
     return (x / (x + y) if x + y else 0.0), x + y
@@ -616,7 +633,7 @@ def test_accuracy(r, label, py, mode):
                p.stderr):
         with open(truth_file) as f:
             truth = json.load(f)["hot_a"]
-        got, n = shares(r, db, "hot_a", "hot_b")
+        got, n = shares(r, db, "hot_a", "hot_b", mode=mode)
         r.check("%s %s accuracy: a loop of one period: hot_a %.1f%% of %d samples, truly %.1f%% "
                 "(within 8 points)" % (label, mode, 100 * got, n, 100 * truth),
                 n >= 300 and abs(got - truth) <= 0.08)
@@ -629,7 +646,7 @@ def test_accuracy(r, label, py, mode):
         return
     with open(truth_file) as f:
         truth = json.load(f)["fast_loop"]
-    got, n = shares(r, db, "fast_loop", "flat", "total")
+    got, n = shares(r, db, "fast_loop", "flat", "total", mode=mode)
     inf = r.info(db)
     meta = inf["meta"]
     missed = int(meta.get("missed_deadlines", 0))
@@ -734,6 +751,8 @@ def test_hold_over_two(r, label, py, mode):
 
 def test_dump_consistent(r, label, py, mode):
     """--dump of a stack that changes every few tens of ns, from another CPU: always whole."""
+    if mode == "bpf":
+        return
     target = subprocess.Popen(on_cpu(0) + [py, ACCURACY, "faststack", "60", os.devnull, "1"])
     try:
         time.sleep(0.5)
@@ -876,12 +895,61 @@ def test_cli(r, label, py, mode):
 
 
 def mode_flags(mode):
-    return ["--blocking"] if mode == "blocking" else []
+    return {"blocking": ["--blocking"], "bpf": ["--bpf"]}.get(mode, [])
+
+
+def bpf_works(r, py):
+    """Whether pyflame-record --bpf runs here (root, a kernel with BPF timers), and why not."""
+    db = r.out("bpf-probe")
+    p = r.rec(["-o", db, "--bpf", "--", py, "-c", "pass"])
+    return p.returncode == 0, p.stderr.strip()
+
+
+def test_bpf(r, label, py, mode):
+    """--bpf's own: a stack deeper than the in-kernel walk's bound is kept, its innermost
+    frames, and counted truncated; the trace says it holds on-CPU samples and reports
+    refuse --idle on it; nothing lost, late or invalid on an idle machine; options it
+    cannot combine with are refused with a message."""
+    if mode != "bpf":
+        return
+    db = r.out("bpf-deep-%s" % label)
+    p = r.rec(["-o", db, "-r", "500", "--bpf", "--", py, os.path.join(WORK, "deep.py"), "300",
+               "2"])
+    if not r.check("%s bpf deep: spawn exits 0" % label, p.returncode == 0, p.stderr):
+        return
+    inf = r.info(db)
+    meta, errors = inf["meta"], inf["errors"]
+    stacks = r.folded(db)
+    total = sum(c for _, c in stacks)
+    deep = [(fr, c) for fr, c in stacks if len(fr) >= 250]
+    n_deep = sum(c for _, c in deep)
+    # (A sample may catch leaf() being entered: its caller is the innermost frame then.)
+    leaf_ok = sum(c for fr, c in deep if fr[-1][0].split(".")[-1] == "leaf") >= 0.95 * n_deep
+    r.check("%s bpf deep: stacks of 300 frames kept to the walk's bound, leaf last "
+            "(%d of %d samples, %d counted truncated)" % (label, n_deep, total,
+                                                          errors.get("truncated", 0)),
+            total >= 300 and n_deep >= 0.9 * total and leaf_ok and
+            errors.get("truncated", 0) >= n_deep, "stacks %s" % [len(f) for f, _ in deep][:5])
+    r.check("%s bpf: trace says mode bpf, on-CPU samples" % label,
+            meta.get("mode") == "bpf" and meta.get("samples_of") == "on-cpu", "%s" % meta)
+    r.check("%s bpf: no event lost, no thread invalid, no slot late" % label,
+            int(meta.get("bpf_lost", -1)) == 0 and errors.get("invalid", 0) <= 2 and
+            int(meta.get("missed_deadlines", -1)) <= 0.01 * total,
+            "lost %s invalid %s late %s" % (meta.get("bpf_lost"), errors.get("invalid"),
+                                            meta.get("missed_deadlines")))
+    q = subprocess.run([r.report, "--idle", db], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True, timeout=60)
+    r.check("%s bpf: report --idle refused with a message" % label,
+            q.returncode != 0 and "without --bpf" in q.stderr, q.stderr)
+    for other in ("--blocking", "--native", "--dump"):
+        q = r.rec(["-o", db, "--bpf", other, "--", py, "-c", "pass"])
+        r.check("%s bpf: --bpf %s refused (exit 2, says which)" % (label, other),
+                q.returncode == 2 and other in q.stderr, "rc %d %s" % (q.returncode, q.stderr))
 
 
 TESTS = [test_hot, test_ratio, test_threads, test_thread_spawn, test_threads_proc_state, test_generators, test_exit_status, test_attach,
          test_subprocesses, test_subprocess_churn, test_container, test_signals, test_dump, test_dump_consistent,
-         test_cli, test_accuracy, test_hold_over, test_hold_over_two]
+         test_cli, test_accuracy, test_hold_over, test_hold_over_two, test_bpf]
 
 
 def main():
@@ -889,7 +957,7 @@ def main():
     ap.add_argument("--record", required=True)
     ap.add_argument("--report", required=True)
     ap.add_argument("--only", help="run only interpreters whose label contains this")
-    ap.add_argument("--mode", choices=["nonblocking", "blocking"])
+    ap.add_argument("--mode", choices=["nonblocking", "blocking", "bpf"])
     ap.add_argument("--test", help="run only tests whose name contains this")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
@@ -900,7 +968,16 @@ def main():
         print("SKIP: no interpreter found%s" % (" matching %s" % args.only if args.only else ""))
         return 77
     print("interpreters: %s" % ", ".join(l for l, _ in interps))
-    modes = [args.mode] if args.mode else ["nonblocking", "blocking"]
+    modes = [args.mode] if args.mode else ["nonblocking", "blocking", "bpf"]
+    if "bpf" in modes:
+        ok, why = bpf_works(r, interps[0][1])
+        # Where CI runs (as root) it must work; elsewhere its absence is a skip.
+        if not ok and (args.mode == "bpf" or (os.environ.get("CI") and os.geteuid() == 0)):
+            r.check("pyflame-record --bpf works here", False, why)
+        if not ok:
+            print("SKIP: mode bpf: %s" % why)
+            r.skipped += 1
+            modes.remove("bpf")
     try:
         for label, py in interps:
             for mode in modes:
