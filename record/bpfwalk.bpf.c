@@ -29,6 +29,8 @@
 
 #define BPFW_READ(dst, len, addr) bpf_probe_read_user((dst), (len), (const void *)(addr))
 #define BPFW_INLINE               static __always_inline
+#define BPFW_STEP_ATTR            static __noinline
+#define BPFW_LOOP(n, fn, ctx)     bpf_loop((n), (fn), (ctx), 0)
 #include "bpfwalk_chain.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -69,7 +71,7 @@ struct {
 /* Where an event is built (larger than a BPF stack), and a frame's window. */
 struct scratch {
         struct bpfw_event e;
-        __u8 win[BPFW_FRAME_WINDOW + 8];
+        __u8 buf[BPFW_SCRATCH];
 };
 
 struct {
@@ -170,7 +172,7 @@ static __always_inline void sample(struct bpfw_cpu *c)
                 e->thread_id = thread_id;
                 if (holder == tstate)
                         e->flags |= BPFW_F_GIL_HELD;
-                bpfw_walk(&p->L, tstate, e, s->win);
+                bpfw_walk(&p->L, tstate, e, s->buf);
         }
         __u32 depth = e->depth;
         if (depth > BPFW_MAX_DEPTH)
@@ -178,7 +180,15 @@ static __always_inline void sample(struct bpfw_cpu *c)
         __u64 size = BPFW_EVENT_HEAD + (__u64)depth * sizeof(struct bpfw_frame);
         if (size > sizeof(*e))
                 size = sizeof(*e);
-        if (bpf_ringbuf_output(&events, e, size, 0) < 0)
+        /*
+         * The recorder is woken only once the ring is a quarter full: else it
+         * takes the events at its own pace (bpfwalk_wait()), and a sample
+         * costs no wake-up.
+         */
+        __u64 fill = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+        __u64 flags = fill > bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 4 ? BPF_RB_FORCE_WAKEUP
+                                                                              : BPF_RB_NO_WAKEUP;
+        if (bpf_ringbuf_output(&events, e, size, flags) < 0)
                 c->lost++;
 }
 
@@ -193,8 +203,11 @@ static int on_timer(void *map, __u32 *key, struct bpfw_cpu *c)
         if (stopping)
                 return 0;
         c->fires++;
+        __u64 found = c->samples;
         sample(c);
         __u64 now = bpf_ktime_get_ns();
+        if (c->samples != found)
+                c->sample_ns += now - t0;
         __u64 period = period_ns ? period_ns : 1;
         __u64 next = c->slot + period;
         if (now >= next + period) {

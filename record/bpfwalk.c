@@ -6,6 +6,7 @@
 #include "bpfwalk.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -123,6 +124,16 @@ int bpfwalk_open(double rate_hz, int64_t start_ns, struct bpfwalk **out, char *e
         b->skel->rodata->arm_tgid = (uint32_t)getpid();
         b->skel->rodata->period_ns = (uint64_t)(1e9 / rate_hz);
         b->skel->rodata->start_ns = start_ns > 0 ? (uint64_t)start_ns : 0;
+        /*
+         * Half a second of events at this rate on every CPU, ~1.5 KiB each
+         * (30 frames), between 8 and 256 MiB: the recorder takes them every
+         * 100 ms, or when the ring is a quarter full.
+         */
+        double want = (double)b->ncpus * rate_hz * 1536.0 * 0.5;
+        uint32_t ring = 8u << 20;
+        while (ring < (256u << 20) && (double)ring < want)
+                ring <<= 1;
+        bpf_map__set_max_entries(b->skel->maps.events, ring);
         if ((rc = bpfwalk_bpf__load(b->skel)) < 0) {
                 snprintf(err, errlen,
                          "cannot load the BPF sampler: %s%s%s (needs root, or CAP_BPF and "
@@ -185,6 +196,13 @@ void bpfwalk_del_thread(struct bpfwalk *b, pid_t tid)
         bpf_map_delete_elem(bpf_map__fd(b->skel->maps.threads), &key);
 }
 
+int bpfwalk_wait(struct bpfwalk *b, int timeout_ms)
+{
+        struct pollfd p = {.fd = ring_buffer__epoll_fd(b->rb), .events = POLLIN};
+        int n = poll(&p, 1, timeout_ms);
+        return n < 0 ? -errno : n;
+}
+
 int bpfwalk_poll(struct bpfwalk *b, bpfwalk_event_fn fn, void *ctx)
 {
         b->fn = fn;
@@ -211,6 +229,7 @@ void bpfwalk_get_stats(const struct bpfwalk *b, struct bpfwalk_stats *st)
                 st->late += c.late;
                 st->lost += c.lost;
                 st->run_ns += c.run_ns;
+                st->sample_ns += c.sample_ns;
                 if (!c.pin_flags)
                         st->pinned = false;
         }
@@ -258,6 +277,12 @@ int bpfwalk_set_thread(struct bpfwalk *b, pid_t tid, uint64_t tstate, uint64_t t
 void bpfwalk_del_thread(struct bpfwalk *b, pid_t tid)
 {
         (void)b, (void)tid;
+}
+
+int bpfwalk_wait(struct bpfwalk *b, int timeout_ms)
+{
+        (void)b, (void)timeout_ms;
+        return -ENOTSUP;
 }
 
 int bpfwalk_poll(struct bpfwalk *b, bpfwalk_event_fn fn, void *ctx)

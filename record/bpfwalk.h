@@ -22,12 +22,13 @@
 struct bpfwalk;
 
 struct bpfwalk_stats {
-        uint64_t fires;   /* timer callbacks, all CPUs */
-        uint64_t samples; /* callbacks that found a thread of a recorded process */
-        uint64_t late;    /* slots that passed without a callback */
-        uint64_t lost;    /* events the ring buffer had no room for */
-        uint64_t run_ns;  /* time spent in the callbacks, measured inside them */
-        unsigned cpus;    /* CPUs whose timer runs */
+        uint64_t fires;     /* timer callbacks, all CPUs */
+        uint64_t samples;   /* callbacks that found a thread of a recorded process */
+        uint64_t late;      /* slots that passed without a callback */
+        uint64_t lost;      /* events the ring buffer had no room for */
+        uint64_t run_ns;    /* time spent in the callbacks, measured inside them */
+        uint64_t sample_ns; /* ...in those that found a thread: finding, walking, sending */
+        unsigned cpus;      /* CPUs whose timer runs */
         unsigned cpus_possible;
         bool pinned; /* the timers are pinned to their CPUs */
 };
@@ -55,6 +56,13 @@ void bpfwalk_del_thread(struct bpfwalk *b, pid_t tid);
  * errno to stop (bpfwalk_poll() returns it).
  */
 typedef int (*bpfwalk_event_fn)(void *ctx, const struct bpfw_event *e, size_t len);
+
+/*
+ * Wait up to timeout_ms for the ring buffer to need emptying (a quarter
+ * full: the program does not wake us for each event). Returns 1 when it
+ * does, 0 at the timeout, -EINTR on a signal.
+ */
+int bpfwalk_wait(struct bpfwalk *b, int timeout_ms);
 
 /* Take every event waiting, without blocking. Returns how many, or fn's error. */
 int bpfwalk_poll(struct bpfwalk *b, bpfwalk_event_fn fn, void *ctx);

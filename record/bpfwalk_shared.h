@@ -18,9 +18,12 @@
 
 #define BPFW_MAX_DEPTH    256 /* frames an event carries; deeper stacks are truncated */
 #define BPFW_FRAME_WINDOW 128 /* bytes of a frame read at once (every field used) */
-#define BPFW_MAX_PROCS    1024
-#define BPFW_MAX_THREADS  65536
-#define BPFW_MAX_CPUS     1024
+/* Bytes read at once below a frame where callers' frames lie below it (3.11+'s data stack). */
+#define BPFW_BLOCK       1024
+#define BPFW_SCRATCH     (BPFW_BLOCK + BPFW_FRAME_WINDOW + 8) /* the walk's buffer */
+#define BPFW_MAX_PROCS   1024
+#define BPFW_MAX_THREADS 65536
+#define BPFW_MAX_CPUS    1024
 
 /* Where a version keeps what the walk reads. Offsets in bytes; -1: no such field. */
 struct bpfw_layout {
@@ -34,6 +37,7 @@ struct bpfw_layout {
         __s32 fr_is_entry;    /* bool is_entry (3.11) */
         __s32 fr_tlbc_index;  /* int32 tlbc_index (3.14t) */
         __u32 fr_lo, fr_span; /* [fr_lo, fr_lo + fr_span) of a frame covers every field above */
+        __u32 fr_block;       /* bytes to read at once ending at a frame's window, 0: the window */
         __u8 lasti_pointer;   /* fr_lasti is 8 bytes (a pointer), else a 4-byte int */
         __u8 pad[3];
 };
@@ -101,6 +105,7 @@ struct bpfw_cpu {
         __u64 late;      /* slots that passed with no callback */
         __u64 lost;      /* events the ring buffer had no room for */
         __u64 run_ns;    /* time spent in the callback, measured inside it */
+        __u64 sample_ns; /* of which in callbacks that found a thread: finding, walking, sending */
         __u64 armed;     /* 1 + CPU number once its timer runs */
         __u64 pin_flags; /* flags the timer is started with */
 };

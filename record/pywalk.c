@@ -1047,6 +1047,8 @@ int pywalk_bpf_proc(struct pywalk *w, struct bpfw_proc *out, char *err, size_t e
         }
         B->fr_lo = (uint32_t)lo;
         B->fr_span = (uint32_t)(hi - lo);
+        /* 3.11+: a frame's callers are pushed below it on the same data stack. */
+        B->fr_block = L->frames == PYL_FRAMES_INTERP ? BPFW_BLOCK : 0;
         if (w->t.free_threaded) {
                 out->flags |= BPFW_P_NO_GIL;
         } else if (L->gil == PYL_GIL_SYMBOL) {

@@ -1665,7 +1665,7 @@ int sampler_bpf_refresh(struct sampler *s, int64_t now_ns, char *err, size_t err
 
 bool sampler_bpf_wants_refresh(const struct sampler *s)
 {
-        return s->bpf_refresh;
+        return s->bpf_refresh || !s->bpf_pushed;
 }
 
 void sampler_bpf_begin(struct sampler *s)

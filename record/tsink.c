@@ -61,6 +61,7 @@ struct tsink {
         bool started;
         bool stop; /* under lock */
         int64_t flush_ns;
+        int64_t apply_ns; /* APPLY_NS, or tsink_set_apply_period() */
         atomic_int failed;
         char errmsg[512];
         _Atomic uint64_t full_waits;
@@ -95,6 +96,7 @@ struct tsink *tsink_new(struct trace_writer *w)
                 return NULL;
         }
         k->w = w;
+        k->apply_ns = APPLY_NS;
         /*
          * The sampling thread runs at real-time priority and the committing
          * thread does not: while the former waits for the lock, the holder
@@ -111,6 +113,11 @@ struct tsink *tsink_new(struct trace_writer *w)
         pthread_cond_init(&k->wake, &ca);
         pthread_condattr_destroy(&ca);
         return k;
+}
+
+void tsink_set_apply_period(struct tsink *k, int64_t ns)
+{
+        k->apply_ns = ns > 0 ? ns : APPLY_NS;
 }
 
 struct trace_writer *tsink_writer(const struct tsink *k)
@@ -294,7 +301,7 @@ static void *run(void *arg)
         pthread_mutex_lock(&k->lock);
         locks_held++;
         while (!k->stop) {
-                int64_t until = pf_now_mono_ns() + APPLY_NS;
+                int64_t until = pf_now_mono_ns() + k->apply_ns;
                 struct timespec ts = {until / 1000000000, until % 1000000000};
                 pthread_cond_timedwait(&k->wake, &k->lock, &ts);
                 apply(k, true);

@@ -40,6 +40,13 @@ struct tsink *tsink_new(struct trace_writer *w);
 int tsink_start(struct tsink *k, struct sources *src, int64_t flush_ns);
 
 /*
+ * How often the thread applies the queue (default 50 ms; a full queue is
+ * applied by the producer at once). Set before tsink_start. A producer that
+ * wakes seldom itself (pyflame-record --bpf) saves the thread's wake-ups.
+ */
+void tsink_set_apply_period(struct tsink *k, int64_t ns);
+
+/*
  * Stop the thread (if started) and apply what is queued. Afterwards the
  * writer is the caller's again. Returns 0, or the first trace status a
  * queued event or a commit failed with (message: tsink_errmsg).
