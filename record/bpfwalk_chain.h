@@ -28,24 +28,35 @@
 #define BPFW_STEP_ATTR BPFW_INLINE
 #endif
 
-/* The 8 bytes at `off` of a frame window (off masked into it for the verifier). */
-BPFW_INLINE __u64 bpfw_win64(const __u8 *win, __u32 off)
+/*
+ * The 8, 4 or 1 bytes at `pos` of the walk's buffer (8-aligned), `pos`
+ * masked into it for the verifier. A field at an aligned position (where
+ * the frame is, and pointers always are) is one load; else it is copied
+ * byte by byte.
+ */
+BPFW_INLINE __u64 bpfw_get64(const __u8 *buf, __u32 pos)
 {
+        pos &= BPFW_POS_MASK;
+        if (!(pos & 7))
+                return *(const __u64 *)(const void *)(buf + pos);
         __u64 v;
-        __builtin_memcpy(&v, win + (off & (BPFW_FRAME_WINDOW - 1)), 8);
+        __builtin_memcpy(&v, buf + pos, 8);
         return v;
 }
 
-BPFW_INLINE __u32 bpfw_win32(const __u8 *win, __u32 off)
+BPFW_INLINE __u32 bpfw_get32(const __u8 *buf, __u32 pos)
 {
+        pos &= BPFW_POS_MASK;
+        if (!(pos & 3))
+                return *(const __u32 *)(const void *)(buf + pos);
         __u32 v;
-        __builtin_memcpy(&v, win + (off & (BPFW_FRAME_WINDOW - 1)), 4);
+        __builtin_memcpy(&v, buf + pos, 4);
         return v;
 }
 
-BPFW_INLINE __u8 bpfw_win8(const __u8 *win, __u32 off)
+BPFW_INLINE __u8 bpfw_get8(const __u8 *buf, __u32 pos)
 {
-        return win[off & (BPFW_FRAME_WINDOW - 1)];
+        return buf[pos & BPFW_POS_MASK];
 }
 
 /* The walk's state, one frame to the next (a bpf_loop() callback's context in the kernel). */
@@ -72,36 +83,42 @@ BPFW_STEP_ATTR int bpfw_step(__u32 i, void *ctx)
         __u32 block = c->block <= BPFW_BLOCK ? c->block : BPFW_BLOCK;
         __u64 w0 = c->addr + c->lo, w1 = w0 + span;
         if (w0 < c->have_lo || w1 > c->have_hi) {
-                __u64 from = w0;
-                __u32 len = span;
-                if (block > span && w1 > block) {
-                        from = w1 - block;
-                        len = block;
-                }
+                /* From an 8-aligned address: aligned fields stay aligned in buf. */
+                __u64 from = w0 & ~7ull;
+                if (block > span && w1 > block)
+                        from = (w1 - block + 7) & ~7ull;
+                /* At most BPFW_BLOCK: the mask and the bound are for the verifier. */
+                __u32 len = (__u32)(w1 - from) & BPFW_POS_MASK;
+                if (len > BPFW_BLOCK)
+                        len = BPFW_BLOCK;
                 if (BPFW_READ(c->buf, len, from) < 0) {
-                        from = w0;
-                        len = span;
-                        if (block <= span || BPFW_READ(c->buf, len, from) < 0) {
+                        __u64 near = w0 & ~7ull;
+                        len = (__u32)(w1 - near) & BPFW_POS_MASK;
+                        if (len > BPFW_FRAME_WINDOW + 8)
+                                len = BPFW_FRAME_WINDOW + 8;
+                        if (near == from || BPFW_READ(c->buf, len, near) < 0) {
                                 e->status = BPFW_FAULT;
                                 return 1;
                         }
+                        from = near;
                 }
                 c->have_lo = from;
                 c->have_hi = from + len;
         }
-        const __u8 *win = c->buf + ((__u32)(w0 - c->have_lo) & (BPFW_BLOCK - 1));
-        __u32 lo = c->lo;
+        /* Where the frame's first field is in buf; fields follow at their offsets from it. */
+        __u32 at = (__u32)(w0 - c->have_lo) - c->lo;
+        const __u8 *buf = c->buf;
         /* i < BPFW_MAX_DEPTH (the loop's count); the mask is for the verifier. */
         struct bpfw_frame *f = &e->frames[i & (BPFW_MAX_DEPTH - 1)];
         f->addr = c->addr;
-        f->code = bpfw_win64(win, (__u32)L->fr_code - lo);
-        f->pos = L->lasti_pointer ? bpfw_win64(win, (__u32)L->fr_lasti - lo)
-                                  : (__u64)(__s64)(__s32)bpfw_win32(win, (__u32)L->fr_lasti - lo);
-        f->owner = L->fr_owner >= 0 ? bpfw_win8(win, (__u32)L->fr_owner - lo) : 0;
-        f->entry = L->fr_is_entry >= 0 ? bpfw_win8(win, (__u32)L->fr_is_entry - lo) : 0;
+        f->code = bpfw_get64(buf, at + (__u32)L->fr_code);
+        f->pos = L->lasti_pointer ? bpfw_get64(buf, at + (__u32)L->fr_lasti)
+                                  : (__u64)(__s64)(__s32)bpfw_get32(buf, at + (__u32)L->fr_lasti);
+        f->owner = L->fr_owner >= 0 ? bpfw_get8(buf, at + (__u32)L->fr_owner) : 0;
+        f->entry = L->fr_is_entry >= 0 ? bpfw_get8(buf, at + (__u32)L->fr_is_entry) : 0;
         f->pad[0] = f->pad[1] = 0;
-        f->tlbc = L->fr_tlbc_index >= 0 ? (__s32)bpfw_win32(win, (__u32)L->fr_tlbc_index - lo) : 0;
-        c->addr = bpfw_win64(win, (__u32)L->fr_back - lo);
+        f->tlbc = L->fr_tlbc_index >= 0 ? (__s32)bpfw_get32(buf, at + (__u32)L->fr_tlbc_index) : 0;
+        c->addr = bpfw_get64(buf, at + (__u32)L->fr_back);
         c->depth = i + 1;
         return 0;
 }

@@ -20,7 +20,8 @@
 #define BPFW_FRAME_WINDOW 128 /* bytes of a frame read at once (every field used) */
 /* Bytes read at once below a frame where callers' frames lie below it (3.11+'s data stack). */
 #define BPFW_BLOCK       1024
-#define BPFW_SCRATCH     (BPFW_BLOCK + BPFW_FRAME_WINDOW + 8) /* the walk's buffer */
+#define BPFW_POS_MASK    (2 * BPFW_BLOCK - 1) /* positions in the walk's buffer */
+#define BPFW_SCRATCH     (2 * BPFW_BLOCK + 8) /* the walk's buffer, 8-aligned */
 #define BPFW_MAX_PROCS   1024
 #define BPFW_MAX_THREADS 65536
 #define BPFW_MAX_CPUS    1024

@@ -120,6 +120,20 @@ struct sampler {
         struct bpfwalk *bpf;
         bool bpf_refresh;    /* an event named a thread it did not know */
         uint64_t bpf_pushed; /* refreshes that told the BPF program of the process */
+        /*
+         * --bpf: the frame chains of this batch already decoded, by a hash
+         * of what the program copied (code, position, owner per frame), and
+         * their trace stacks: a chain seen again in the batch is not decoded
+         * again (its code objects were checked by the first). Direct-mapped;
+         * the copies to compare against in memo_raw.
+         */
+        struct bpf_memo {
+                uint64_t hash, batch;
+                size_t off;
+                uint32_t depth, stack;
+        } * memo;
+        struct pf_buf memo_raw;
+        uint64_t batch;
         struct pyfind_target target;
         char version[32];
         char build[64];
@@ -408,6 +422,8 @@ void sampler_close(struct sampler *s)
         free(s->threads);
         free(s->held);
         pf_buf_free(&s->held_frames);
+        pf_buf_free(&s->memo_raw);
+        free(s->memo);
         free(s->last);
         free(s->tick_stacks);
         pf_buf_free(&s->tick_frames);
@@ -1273,8 +1289,21 @@ static unsigned over_state(const struct sampler *s, const struct sthread *t, uns
         return st->in_syscall ? state & ~(unsigned)TRACE_STATE_ON_CPU : state | TRACE_STATE_ON_CPU;
 }
 
-/* One walked thread to a sample in the trace (or an error count). */
+/*
+ * One walked thread to a sample in the trace (or an error count). `stack`:
+ * NULL, or the trace stack of its frames when already known (--bpf: the
+ * same chain seen before in the batch), and then the one used.
+ */
+static int sample_thread_as(struct sampler *s, const struct pywalk_thread *th, uint32_t *stack_io,
+                            bool known);
+
 static int sample_thread(struct sampler *s, const struct pywalk_thread *th)
+{
+        return sample_thread_as(s, th, NULL, false);
+}
+
+static int sample_thread_as(struct sampler *s, const struct pywalk_thread *th, uint32_t *stack_io,
+                            bool known)
 {
         /*
          * A thread state still being set up (no thread id yet) is not a
@@ -1335,11 +1364,13 @@ static int sample_thread(struct sampler *s, const struct pywalk_thread *th)
                 th = &merged;
         }
         int rc = thread_register(s, t);
-        uint32_t stack = TRACE_STACK_EMPTY;
-        if (rc == 0)
+        uint32_t stack = known ? *stack_io : TRACE_STACK_EMPTY;
+        if (rc == 0 && !known)
                 rc = stack_id(s, th, &stack);
         if (rc < 0)
                 return rc; /* ends the walk; sampler_tick_finish() reports it */
+        if (stack_io)
+                *stack_io = stack;
         tsink_sample(s->k, t->ref, s->tick_ns, stack, state);
         if (s->async && (rc = tick_stack_keep(s, th, t->ref, state)) < 0)
                 return rc;
@@ -1671,7 +1702,50 @@ bool sampler_bpf_wants_refresh(const struct sampler *s)
 void sampler_bpf_begin(struct sampler *s)
 {
         s->write_rc = 0;
+        s->batch++;
+        s->memo_raw.len = 0;
         pywalk_bpf_begin(s->walk);
+}
+
+#define MEMO_SLOTS 1024
+#define MEMO_FRAME 24 /* bytes of a struct bpfw_frame from `code` on: what decoding reads */
+
+static uint64_t memo_hash(const struct bpfw_event *e)
+{
+        uint64_t h = 0x9e3779b97f4a7c15ull ^ e->depth;
+        for (uint32_t i = 0; i < e->depth; i++) {
+                const struct bpfw_frame *f = &e->frames[i];
+                uint64_t tail;
+                memcpy(&tail, &f->owner, 8);
+                h = (h ^ f->code) * 0x100000001b3ull;
+                h = (h ^ f->pos) * 0x100000001b3ull;
+                h = (h ^ tail) * 0x100000001b3ull;
+        }
+        return h ^ h >> 29;
+}
+
+/* The memo slot holding this event's chain, NULL when none does. */
+static struct bpf_memo *memo_find(struct sampler *s, const struct bpfw_event *e, uint64_t h)
+{
+        struct bpf_memo *m = &s->memo[h % MEMO_SLOTS];
+        if (m->batch != s->batch || m->hash != h || m->depth != e->depth)
+                return NULL;
+        const uint8_t *raw = (const uint8_t *)s->memo_raw.data + m->off;
+        for (uint32_t i = 0; i < e->depth; i++)
+                if (memcmp(raw + (size_t)i * MEMO_FRAME, &e->frames[i].code, MEMO_FRAME) != 0)
+                        return NULL;
+        return m;
+}
+
+static void memo_keep(struct sampler *s, const struct bpfw_event *e, uint64_t h, uint32_t stack)
+{
+        size_t off = s->memo_raw.len;
+        if (pf_buf_reserve(&s->memo_raw, (size_t)e->depth * MEMO_FRAME) < 0)
+                return; /* not kept: decoded again next time */
+        for (uint32_t i = 0; i < e->depth; i++)
+                pf_buf_append(&s->memo_raw, &e->frames[i].code, MEMO_FRAME);
+        s->memo[h % MEMO_SLOTS] = (struct bpf_memo){
+            .hash = h, .batch = s->batch, .off = off, .depth = e->depth, .stack = stack};
 }
 
 int sampler_bpf_event(struct sampler *s, const struct bpfw_event *e)
@@ -1689,10 +1763,26 @@ int sampler_bpf_event(struct sampler *s, const struct bpfw_event *e)
                         tsink_error(s->k, s->pid, kind, 1);
                 return 0;
         }
+        /* A chain cut at the bound is checked for loops each time: not remembered. */
+        bool memo = !(e->flags & BPFW_F_TRUNCATED) && e->depth > 0;
+        if (memo && !s->memo && !(s->memo = calloc(MEMO_SLOTS, sizeof(*s->memo))))
+                memo = false;
+        uint64_t h = memo ? memo_hash(e) : 0;
+        const struct bpf_memo *m = memo ? memo_find(s, e, h) : NULL;
         struct pywalk_thread th;
-        int rc = pywalk_bpf_decode(s->walk, e, &th);
-        if (rc < 0)
+        int rc = 0;
+        if (m) {
+                th = (struct pywalk_thread){.tstate_addr = e->tstate,
+                                            .thread_id = e->thread_id,
+                                            .interp_id = 0,
+                                            .gil = PYWALK_GIL_UNKNOWN,
+                                            .atomic = true,
+                                            .depth = m->depth};
+                if (e->flags & BPFW_F_GIL_KNOWN)
+                        th.gil = e->flags & BPFW_F_GIL_HELD ? PYWALK_GIL_HELD : 0;
+        } else if ((rc = pywalk_bpf_decode(s->walk, e, &th)) < 0) {
                 return rc;
+        }
         /* The OS thread is the one the timer found: bind it as the refresh did. */
         th.native_tid = -1;
         for (size_t i = 0; i < s->n_threads; i++)
@@ -1709,7 +1799,11 @@ int sampler_bpf_event(struct sampler *s, const struct bpfw_event *e)
         s->tick_ns = (int64_t)e->time_ns;
         if (th.status == 0 && (e->flags & BPFW_F_TRUNCATED) && s->k)
                 tsink_error(s->k, s->pid, TRACE_ERROR_TRUNCATED, 1);
-        rc = sample_thread(s, &th);
+        uint32_t stack = m ? m->stack : TRACE_STACK_EMPTY;
+        uint64_t samples = s->st.samples;
+        rc = sample_thread_as(s, &th, &stack, m != NULL);
+        if (rc >= 0 && memo && !m && th.status == 0 && s->st.samples != samples)
+                memo_keep(s, e, h, stack);
         return rc < 0 ? rc : 0;
 }
 

@@ -36,7 +36,7 @@
 /* ---- the walk, reading an image ---- */
 
 static struct memsrc *bpfw_mem; /* the image bpfw_walk() reads */
-static uint8_t bpfw_win[BPFW_SCRATCH];
+static uint8_t bpfw_win[BPFW_SCRATCH] __attribute__((aligned(8)));
 static unsigned bpfw_reads;   /* reads of the last walk... */
 static unsigned bpfw_failed;  /* ...of which failed (a block below a chunk's first frame) */
 static uint32_t bpfw_longest; /* ...and the longest of them */
