@@ -98,6 +98,10 @@ def measure(report, db, case, truth, mode="nonblocking"):
     """[(metric, truth, measured, n)] for one recording. A --bpf trace holds on-CPU
     samples only (reports refuse --idle on it): its shares are of those."""
     idle = () if mode == "bpf" else ("--idle",)
+
+    def of(t):
+        """--bpf samples CPU time: its truth is the functions' CPU time, where known."""
+        return t.get("cpu", t) if mode == "bpf" else t
     if case.startswith("split") or case == "depth" or case == "faststack":
         a, b, key_a = {"depth": ("deep_leaf", "shallow_leaf", "self"),
                        "faststack": ("fast_loop", "flat", "total")}.get(
@@ -107,7 +111,7 @@ def measure(report, db, case, truth, mode="nonblocking"):
         y = counts(rows, "self", [b])[b]
         if x + y == 0:
             return []
-        return [(a, truth[a], x / (x + y), x + y)]
+        return [(a, of(truth)[a], x / (x + y), x + y)]
     if case == "twoproc":
         res = []
         for pid in sorted(truth):
@@ -115,7 +119,7 @@ def measure(report, db, case, truth, mode="nonblocking"):
             x = counts(rows, "self", ["hot_a"])["hot_a"]
             y = counts(rows, "self", ["hot_b"])["hot_b"]
             if x + y:
-                res.append(("hot_a", truth[pid]["hot_a"], x / (x + y), x + y))
+                res.append(("hot_a", of(truth[pid])["hot_a"], x / (x + y), x + y))
         return res
     if case == "oncpu" and mode == "bpf":
         return []  # every sample of --bpf is on CPU: nothing to measure
@@ -269,6 +273,7 @@ def main():
                                 "metric": metric, "run": run, "truth": true, "measured": got,
                                 "n": n, "outside": abs(got - true) > 2.576 * sd,
                                 "capture": info["meta"].get("capture", ""),
+                                "errors": dict((k, v) for k, v in info["errors"].items() if v),
                                 "ran_per_call_us": truth.get("ran_per_call_us")})
                         torn += info["errors"]["torn"]
                         late += info["errors"]["late"]

@@ -255,6 +255,7 @@ enum trace_error_kind {
         TRACE_ERROR_NOT_RESIDENT = 5, /* --bpf: a page the walk needed was not resident; dropped */
         TRACE_ERROR_TRUNCATED = 6, /* --bpf: deeper than the walk's bound; innermost frames kept */
         TRACE_ERROR_INVALID = 7,   /* --bpf: a thread whose state did not validate; dropped */
+        TRACE_ERROR_CODE_GONE = 8, /* --bpf: a code object freed before it could be read; dropped */
         TRACE_ERROR_KIND_COUNT
 };
 

@@ -72,6 +72,7 @@ struct {
 struct scratch {
         struct bpfw_event e;
         __u8 buf[BPFW_SCRATCH];
+        __u8 cobuf[BPFW_CO_SCRATCH];
 };
 
 struct {
@@ -172,7 +173,7 @@ static __always_inline void sample(struct bpfw_cpu *c)
                 e->thread_id = thread_id;
                 if (holder == tstate)
                         e->flags |= BPFW_F_GIL_HELD;
-                bpfw_walk(&p->L, tstate, e, s->buf);
+                bpfw_walk(&p->L, tstate, e, s->buf, s->cobuf);
         }
         __u32 depth = e->depth;
         if (depth > BPFW_MAX_DEPTH)

@@ -135,10 +135,13 @@ int bpfwalk_open(double rate_hz, int64_t start_ns, struct bpfwalk **out, char *e
                 ring <<= 1;
         bpf_map__set_max_entries(b->skel->maps.events, ring);
         if ((rc = bpfwalk_bpf__load(b->skel)) < 0) {
-                snprintf(err, errlen,
-                         "cannot load the BPF sampler: %s%s%s (needs root, or CAP_BPF and "
-                         "CAP_PERFMON, and Linux 5.15 or later with BTF)",
-                         strerror(-rc), libbpf_msg[0] ? ": " : "", libbpf_msg);
+                /* EPERM: not allowed; anything else (EACCES, EINVAL, E2BIG): the kernel refused it.
+                 */
+                snprintf(err, errlen, "cannot load the BPF sampler: %s%s%s (%s)", strerror(-rc),
+                         libbpf_msg[0] ? ": " : "", libbpf_msg,
+                         rc == -EPERM ? "run as root, or grant CAP_BPF and CAP_PERFMON"
+                                      : "the kernel refused it: Linux 5.17 or later with BTF "
+                                        "(/sys/kernel/btf/vmlinux) is needed");
                 goto fail;
         }
         b->rb = ring_buffer__new(bpf_map__fd(b->skel->maps.events), on_event, b, NULL);

@@ -5,8 +5,8 @@
  * threads, take its samples from a ring buffer.
  *
  * What it samples is on-CPU time: a CPU's timer finds the thread that runs
- * there, and a thread asleep is never found. Needs BPF timers and BTF
- * (Linux 5.15+; timers pinned to their CPU from 6.7 on) and root or
+ * there, and a thread asleep is never found. Needs BPF timers, bpf_loop and
+ * BTF (Linux 5.17+; timers pinned to their CPU from 6.7 on) and root or
  * CAP_BPF with CAP_PERFMON; bpfwalk_open() fails with a message otherwise.
  */
 #ifndef PYFLAME_BPFWALK_H

@@ -59,11 +59,27 @@ BPFW_INLINE __u8 bpfw_get8(const __u8 *buf, __u32 pos)
         return buf[pos & BPFW_POS_MASK];
 }
 
+/* The same in the code object's buffer (BPFW_CO_SCRATCH bytes), copied whatever the alignment. */
+BPFW_INLINE __u64 bpfw_coget64(const __u8 *buf, __u32 pos)
+{
+        __u64 v;
+        __builtin_memcpy(&v, buf + (pos & (BPFW_FRAME_WINDOW - 1)), 8);
+        return v;
+}
+
+BPFW_INLINE __u32 bpfw_coget32(const __u8 *buf, __u32 pos)
+{
+        __u32 v;
+        __builtin_memcpy(&v, buf + (pos & (BPFW_FRAME_WINDOW - 1)), 4);
+        return v;
+}
+
 /* The walk's state, one frame to the next (a bpf_loop() callback's context in the kernel). */
 struct bpfw_walk {
         const struct bpfw_layout *L;
         struct bpfw_event *e;
         __u8 *buf;
+        __u8 *cobuf;            /* BPFW_CO_SCRATCH bytes: a code object's identity fields */
         __u64 addr;             /* the next frame, 0: the chain ended */
         __u64 have_lo, have_hi; /* what buf holds */
         __u32 span, lo, block;
@@ -119,6 +135,22 @@ BPFW_STEP_ATTR int bpfw_step(__u32 i, void *ctx)
         f->pad[0] = f->pad[1] = 0;
         f->tlbc = L->fr_tlbc_index >= 0 ? (__s32)bpfw_get32(buf, at + (__u32)L->fr_tlbc_index) : 0;
         c->addr = bpfw_get64(buf, at + (__u32)L->fr_back);
+        /* The code object's identity now, while the frame holds it alive. */
+        __u64 code = f->code & L->fr_code_mask;
+        f->ident = 0;
+        __u32 cspan = L->co_span <= BPFW_FRAME_WINDOW ? L->co_span : BPFW_FRAME_WINDOW;
+        /* (Entry frames carry no Python code; a code object that does not read: ident 0.) */
+        if (code && f->owner < L->owner_skip_from &&
+            BPFW_READ(c->cobuf, cspan, code + L->co_lo) >= 0) {
+                __u32 clo = L->co_lo;
+                const __u8 *cb = c->cobuf;
+                f->ident = bpfw_ident(
+                    bpfw_coget32(cb, (__u32)L->co_firstlineno - clo),
+                    bpfw_coget64(cb, (__u32)L->co_filename - clo),
+                    bpfw_coget64(cb, (__u32)L->co_name - clo),
+                    bpfw_coget64(cb, (__u32)L->co_linetable - clo),
+                    L->co_qualname >= 0 ? bpfw_coget64(cb, (__u32)L->co_qualname - clo) : 0);
+        }
         c->depth = i + 1;
         return 0;
 }
@@ -126,7 +158,9 @@ BPFW_STEP_ATTR int bpfw_step(__u32 i, void *ctx)
 /*
  * Copy the frame chain of the thread state at `tstate` into e->frames (leaf
  * first) and set e->depth, e->status (BPFW_OK or BPFW_FAULT) and the
- * truncation flag. `buf` is scratch of BPFW_SCRATCH bytes.
+ * truncation flag. `buf` is scratch of BPFW_SCRATCH bytes, `cobuf` of
+ * BPFW_CO_SCRATCH. Each frame's code object is read too, for its identity
+ * (struct bpfw_frame.ident).
  *
  * A read costs about 40 ns in the kernel whatever its length up to a few
  * hundred bytes; a frame's fields take one. Where a frame's callers lie
@@ -138,7 +172,7 @@ BPFW_STEP_ATTR int bpfw_step(__u32 i, void *ctx)
  * verifier checks one step, not 256), elsewhere by a plain loop.
  */
 BPFW_INLINE void bpfw_walk(const struct bpfw_layout *L, __u64 tstate, struct bpfw_event *e,
-                           __u8 *buf)
+                           __u8 *buf, __u8 *cobuf)
 {
         __u64 addr = 0;
         e->depth = 0;
@@ -152,7 +186,8 @@ BPFW_INLINE void bpfw_walk(const struct bpfw_layout *L, __u64 tstate, struct bpf
                 e->status = BPFW_FAULT;
                 return;
         }
-        struct bpfw_walk c = {.L = L, .e = e, .buf = buf, .addr = addr, .have_lo = 1};
+        struct bpfw_walk c = {
+            .L = L, .e = e, .buf = buf, .cobuf = cobuf, .addr = addr, .have_lo = 1};
         c.span = L->fr_span;
         if (c.span > BPFW_FRAME_WINDOW)
                 c.span = BPFW_FRAME_WINDOW;

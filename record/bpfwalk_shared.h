@@ -20,8 +20,9 @@
 #define BPFW_FRAME_WINDOW 128 /* bytes of a frame read at once (every field used) */
 /* Bytes read at once below a frame where callers' frames lie below it (3.11+'s data stack). */
 #define BPFW_BLOCK       1024
-#define BPFW_POS_MASK    (2 * BPFW_BLOCK - 1) /* positions in the walk's buffer */
-#define BPFW_SCRATCH     (2 * BPFW_BLOCK + 8) /* the walk's buffer, 8-aligned */
+#define BPFW_POS_MASK    (2 * BPFW_BLOCK - 1)    /* positions in the walk's buffer */
+#define BPFW_SCRATCH     (2 * BPFW_BLOCK + 8)    /* the walk's buffer, 8-aligned */
+#define BPFW_CO_SCRATCH  (BPFW_FRAME_WINDOW + 8) /* its buffer for a code object */
 #define BPFW_MAX_PROCS   1024
 #define BPFW_MAX_THREADS 65536
 #define BPFW_MAX_CPUS    1024
@@ -39,8 +40,13 @@ struct bpfw_layout {
         __s32 fr_tlbc_index;  /* int32 tlbc_index (3.14t) */
         __u32 fr_lo, fr_span; /* [fr_lo, fr_lo + fr_span) of a frame covers every field above */
         __u32 fr_block;       /* bytes to read at once ending at a frame's window, 0: the window */
+        __u64 fr_code_mask;   /* ~0, or ~3 where f_executable is a tagged _PyStackRef */
+        /* PyCodeObject: what identifies a code object (struct bpfw_frame.ident) */
+        __s32 co_firstlineno, co_filename, co_name, co_linetable, co_qualname;
+        __u32 co_lo, co_span; /* [co_lo, co_lo + co_span) covers them */
         __u8 lasti_pointer;   /* fr_lasti is 8 bytes (a pointer), else a 4-byte int */
-        __u8 pad[3];
+        __u8 owner_skip_from; /* frames with an owner from this on are not Python's (3.12+) */
+        __u8 pad[6];
 };
 
 /* One recorded process (map key: its PID in the recorder's PID namespace). */
@@ -68,7 +74,29 @@ struct bpfw_frame {
         __u8 owner, entry;
         __u8 pad[2];
         __s32 tlbc;
+        /*
+         * The code object's identity when sampled (bpfw_ident() of its first
+         * line and its name, qualified name, file name and line table
+         * pointers): the recorder reads the object later, when it may have
+         * been freed and another built at its address (a module body ends
+         * right after its import), and decodes only an object that still is
+         * the one sampled. 0: not read (an entry frame, or not resident).
+         */
+        __u64 ident;
 };
+
+/* A code object's identity, as the program and the recorder compute it; never 0. */
+static inline __attribute__((always_inline)) __u64
+bpfw_ident(__u32 first_line, __u64 file, __u64 name, __u64 table, __u64 qualname)
+{
+        __u64 h = 0xcbf29ce484222325ull;
+        h = (h ^ first_line) * 0x100000001b3ull;
+        h = (h ^ file) * 0x100000001b3ull;
+        h = (h ^ name) * 0x100000001b3ull;
+        h = (h ^ table) * 0x100000001b3ull;
+        h = (h ^ qualname) * 0x100000001b3ull;
+        return h | 1;
+}
 
 /* struct bpfw_event.status */
 enum {

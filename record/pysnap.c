@@ -183,6 +183,13 @@ bool pysnap_covered(struct pysnap *s, uint64_t addr, size_t len)
 }
 
 /* Start a sample: read last sample's spans in one batch. A failure just means "cold". */
+void pysnap_reset(struct pysnap *s)
+{
+        s->n = s->n_sorted = s->len = s->hint = 0;
+        s->n_next = 0;
+        s->atomic = false;
+}
+
 bool pysnap_begin(struct pysnap *s, pywalk_batch_fn fn, void *ctx)
 {
         s->n = s->n_sorted = s->len = s->hint = 0;

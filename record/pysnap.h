@@ -59,6 +59,14 @@ struct pysnap {
 bool pysnap_begin(struct pysnap *s, pywalk_batch_fn fn, void *ctx);
 
 /*
+ * Drop everything, the next sample's batch included: an empty snapshot,
+ * for reads that are not of one instant (pywalk_bpf_decode(): each event
+ * is its own instant, long after the memory read for the one before may
+ * have been freed and reused).
+ */
+void pysnap_reset(struct pysnap *s);
+
+/*
  * End a sample: the spans it used, and `n_extra` more of `extra_len` bytes
  * at `extra`, make the next sample's batch (sorted, and merged when close).
  */

@@ -1047,6 +1047,25 @@ int pywalk_bpf_proc(struct pywalk *w, struct bpfw_proc *out, char *err, size_t e
         }
         B->fr_lo = (uint32_t)lo;
         B->fr_span = (uint32_t)(hi - lo);
+        B->fr_code_mask = L->fr_code_mask;
+        B->owner_skip_from = L->owner_skip_from;
+        B->co_firstlineno = L->co_firstlineno;
+        B->co_filename = L->co_filename;
+        B->co_name = L->co_name;
+        B->co_linetable = L->co_linetable;
+        B->co_qualname = L->co_qualname;
+        int32_t clo, chi;
+        code_id_window(L, &clo, &chi);
+        if (L->co_firstlineno < clo || L->co_firstlineno + 4 > chi ||
+            chi - clo > BPFW_FRAME_WINDOW) {
+                snprintf(err, errlen,
+                         "the in-kernel sampler cannot check Python %s code objects (fields %d "
+                         "bytes apart, %d at most)",
+                         L->name, chi - clo, BPFW_FRAME_WINDOW);
+                return PYFIND_UNSUPPORTED;
+        }
+        B->co_lo = (uint32_t)clo;
+        B->co_span = (uint32_t)(chi - clo);
         /* 3.11+: a frame's callers are pushed below it on the same data stack. */
         B->fr_block = L->frames == PYL_FRAMES_INTERP ? BPFW_BLOCK : 0;
         if (w->t.free_threaded) {
@@ -1062,16 +1081,24 @@ int pywalk_bpf_proc(struct pywalk *w, struct bpfw_proc *out, char *err, size_t e
         return 0;
 }
 
+/*
+ * A batch of events spans a fifth of a second: memory read for one event
+ * (a code object's strings, its header) may be freed and reused by the
+ * next (a program importing modules makes and drops objects all the time),
+ * so each event starts from an empty snapshot, never served another's
+ * copies. What a batch shares is the code cache, whose entries are checked
+ * against their objects as in a walk of the walker's own.
+ */
 void pywalk_bpf_begin(struct pywalk *w)
 {
         w->sample_no++;
         code_cache_trim(w);
-        snap_begin(w);
+        pysnap_reset(&w->snap);
 }
 
 void pywalk_bpf_end(struct pywalk *w)
 {
-        snap_end(w);
+        pysnap_reset(&w->snap);
 }
 
 /*
@@ -1082,6 +1109,29 @@ void pywalk_bpf_end(struct pywalk *w)
  * chain is one instant's; what is left to check is that the code objects
  * still are what the cache says.
  */
+/* The identity the BPF program computes of the object at addr, read now; 0 when unreadable. */
+static uint64_t object_ident(struct pywalk *w, uint64_t addr)
+{
+        const struct pylayout *L = &w->L;
+        int32_t lo, hi;
+        code_id_window(L, &lo, &hi);
+        uint8_t buf[BPFW_FRAME_WINDOW];
+        if (hi - lo > (int32_t)sizeof(buf) ||
+            memsrc_read(w->m, addr + (uint64_t)lo, buf, (size_t)(hi - lo)) < 0)
+                return 0;
+        return bpfw_ident((uint32_t)rd32(buf + L->co_firstlineno - lo),
+                          rd64(buf + L->co_filename - lo), rd64(buf + L->co_name - lo),
+                          rd64(buf + L->co_linetable - lo),
+                          L->co_qualname >= 0 ? rd64(buf + L->co_qualname - lo) : 0);
+}
+
+/* An entry's identity as the BPF program computes it of the object (struct bpfw_frame.ident). */
+static uint64_t code_ident(const struct code_entry *e)
+{
+        return bpfw_ident((uint32_t)e->pub.first_line, e->ptr[P_FILE], e->ptr[P_NAME],
+                          e->ptr[P_TABLE], e->ptr[P_QUALNAME]);
+}
+
 static int addr_cmp(const void *a, const void *b)
 {
         uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -1138,12 +1188,36 @@ static int bpf_frames(struct pywalk *w, const struct bpfw_event *e, uint32_t *de
                 struct code_entry *ce;
                 bool check;
                 int rc = code_get(w, code, &ce, &check);
-                if (rc == NOT_CODE && L->executable_any)
+                /*
+                 * 3.13+: f_executable need not be code; skipped as the walker
+                 * skips it, if it is the object sampled (not a code object
+                 * freed since, another object at its address).
+                 */
+                if (rc == NOT_CODE && L->executable_any && object_ident(w, code) == f->ident)
                         continue;
+                /*
+                 * Not a code object now, or not the one sampled: it was freed
+                 * since (a module body ends right after its import), and
+                 * another may be at its address. Never decoded as another.
+                 */
+                if (rc == NOT_CODE)
+                        return PYWALK_CODE_GONE;
                 if (rc != 0)
-                        return rc == NOT_CODE || !fatal_read(rc) ? PYWALK_TORN : rc;
-                if (check && w->n_pending < MAX_STEPS)
-                        w->pending[w->n_pending++] = ce;
+                        return !fatal_read(rc) ? PYWALK_TORN : rc;
+                if (!f->ident)
+                        return PYWALK_CODE_UNREAD; /* cannot tell it is the one sampled */
+                if (code_ident(ce) != f->ident) {
+                        if (ce->checked_sample == w->sample_no ||
+                            (rc = code_recheck(w, &ce)) != 0 || code_ident(ce) != f->ident)
+                                return rc < 0 && fatal_read(rc) ? rc : PYWALK_CODE_GONE;
+                }
+                /*
+                 * No comparison with the object now (the walker's check): the
+                 * event's identity of it says this entry describes the object
+                 * sampled, with no read, so that the events of a process that
+                 * has exited since still decode from the cache.
+                 */
+                (void)check;
                 struct frame_pos pos = {0};
                 if (L->lasti == PYL_LASTI_POINTER)
                         pos.ip = f->pos;
@@ -1186,6 +1260,7 @@ int pywalk_bpf_decode(struct pywalk *w, const struct bpfw_event *e, struct pywal
                 th->gil = e->flags & BPFW_F_GIL_HELD ? PYWALK_GIL_HELD : 0;
         if (w->t.free_threaded)
                 th->gil = PYWALK_NO_GIL | PYWALK_GIL_UNKNOWN;
+        pysnap_reset(&w->snap);
         int rc = 0;
         for (int pass = 0;; pass++) {
                 rc = bpf_frames(w, e, &th->depth);
@@ -1199,7 +1274,7 @@ int pywalk_bpf_decode(struct pywalk *w, const struct bpfw_event *e, struct pywal
                         break;
                 }
         }
-        if (rc < 0 && rc != PYWALK_TORN)
+        if (rc < 0 && rc != PYWALK_TORN && rc != PYWALK_CODE_GONE && rc != PYWALK_CODE_UNREAD)
                 return rc;
         th->status = rc;
         th->frames = rc == 0 ? w->frames : NULL;

@@ -72,6 +72,10 @@ struct pywalk_thread {
 };
 
 #define PYWALK_TORN (-10000) /* inconsistent read (cycle, bad type, bound hit) */
+/* --bpf: a code object of the stack was freed (or replaced) before it could be read. */
+#define PYWALK_CODE_GONE (-10001)
+/* --bpf: a code object of the stack could not be read in the kernel (not resident). */
+#define PYWALK_CODE_UNREAD (-10002)
 
 struct pywalk;
 

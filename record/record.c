@@ -1343,13 +1343,12 @@ static int on_bpf_event(void *ctx, const struct bpfw_event *e, size_t len)
         for (size_t i = 0; i < r->n_samplers; i++) {
                 if (sampler_pid(r->samplers[i]) != (pid_t)e->pid)
                         continue;
-                if (d->gone[i])
-                        return 0;
+                /* (Also of a process gone: what the code cache knows still decodes.) */
                 int rc = sampler_bpf_event(r->samplers[i], e);
                 if (rc == -ENOMEM || rc == -EIO)
                         return rc;
                 if (rc < 0)
-                        d->gone[i] = true; /* unreadable: it is exiting */
+                        d->gone[i] = true;
                 return 0;
         }
         return 0; /* a process removed since */
@@ -1756,6 +1755,12 @@ static int open_bpf(struct recording *r)
                                 "%s: note: --bpf samples on %u of the %ld CPUs (we may not run "
                                 "on the others): threads there are not sampled\n",
                                 prog, bs.cpus, online);
+                if (!bs.pinned && !o->quiet)
+                        fprintf(stderr,
+                                "%s: note: this kernel cannot pin the sampling timers to their "
+                                "CPUs (Linux 6.7 can): it may move an idle CPU's timer to a busy "
+                                "one, and the shares of threads on different CPUs can be off\n",
+                                prog);
                 return EXIT_OK;
         }
         if (o->bpf == 2) {
@@ -1767,7 +1772,7 @@ static int open_bpf(struct recording *r)
         }
         fprintf(stderr, "%s: --bpf: %s%s\n", prog, err,
                 rc == -ENOTSUP ? "" : "; or record without --bpf (or with --bpf=auto)");
-        return rc == -EPERM || rc == -EACCES ? EXIT_PERMISSION : EXIT_UNSUPPORTED;
+        return rc == -EPERM ? EXIT_PERMISSION : EXIT_UNSUPPORTED;
 }
 
 /*

@@ -1330,7 +1330,10 @@ static int sample_thread_as(struct sampler *s, const struct pywalk_thread *th, u
                         s->st.read_errors++;
                 if (s->k)
                         tsink_error(s->k, s->pid,
-                                    th->status == PYWALK_TORN ? TRACE_ERROR_TORN : TRACE_ERROR_READ,
+                                    th->status == PYWALK_TORN          ? TRACE_ERROR_TORN
+                                    : th->status == PYWALK_CODE_GONE   ? TRACE_ERROR_CODE_GONE
+                                    : th->status == PYWALK_CODE_UNREAD ? TRACE_ERROR_NOT_RESIDENT
+                                                                       : TRACE_ERROR_READ,
                                     1);
                 return 0;
         }
@@ -1708,7 +1711,7 @@ void sampler_bpf_begin(struct sampler *s)
 }
 
 #define MEMO_SLOTS 1024
-#define MEMO_FRAME 24 /* bytes of a struct bpfw_frame from `code` on: what decoding reads */
+#define MEMO_FRAME 32 /* bytes of a struct bpfw_frame from `code` on: what decoding reads */
 
 static uint64_t memo_hash(const struct bpfw_event *e)
 {
@@ -1720,6 +1723,7 @@ static uint64_t memo_hash(const struct bpfw_event *e)
                 h = (h ^ f->code) * 0x100000001b3ull;
                 h = (h ^ f->pos) * 0x100000001b3ull;
                 h = (h ^ tail) * 0x100000001b3ull;
+                h = (h ^ f->ident) * 0x100000001b3ull;
         }
         return h ^ h >> 29;
 }
@@ -1781,7 +1785,16 @@ int sampler_bpf_event(struct sampler *s, const struct bpfw_event *e)
                 if (e->flags & BPFW_F_GIL_KNOWN)
                         th.gil = e->flags & BPFW_F_GIL_HELD ? PYWALK_GIL_HELD : 0;
         } else if ((rc = pywalk_bpf_decode(s->walk, e, &th)) < 0) {
-                return rc;
+                if (rc == -ENOMEM)
+                        return rc;
+                /*
+                 * Its memory is gone (the process has exited since): a code
+                 * object the cache did not know cannot be read any more.
+                 */
+                s->st.read_errors++;
+                if (s->k)
+                        tsink_error(s->k, s->pid, TRACE_ERROR_CODE_GONE, 1);
+                return 0;
         }
         /* The OS thread is the one the timer found: bind it as the refresh did. */
         th.native_tid = -1;

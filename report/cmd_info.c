@@ -26,6 +26,7 @@ static const char *const error_names[TRACE_ERROR_KIND_COUNT] = {
     [TRACE_ERROR_LATE] = "late",           [TRACE_ERROR_OTHER] = "other",
     [TRACE_ERROR_UNMATCHED] = "unmatched", [TRACE_ERROR_NOT_RESIDENT] = "not_resident",
     [TRACE_ERROR_TRUNCATED] = "truncated", [TRACE_ERROR_INVALID] = "invalid",
+    [TRACE_ERROR_CODE_GONE] = "code_gone",
 };
 
 struct info {

@@ -59,6 +59,9 @@
 --                                    (256 frames); the sample keeps the innermost frames
 --                       7 invalid    --bpf: a thread of the process whose thread state the
 --                                    walk could not find or validate; sample dropped
+--                       8 code_gone  --bpf: a code object of the stack was freed (or another
+--                                    built at its address) before the recorder could read
+--                                    it, as a module body's right after its import; dropped
 --   sources.encoding    0 plain  data is the text itself
 --                       1 zlib   data is a zlib stream (RFC 1950) of the text
 --   Readers fold an errors.kind they do not know into 3 (other), and treat a
@@ -393,7 +396,8 @@ INSERT INTO state_flags VALUES (1, 'on_cpu'), (2, 'holds_gil'), (4, 'no_gil');
 
 CREATE TABLE error_kinds (code INTEGER PRIMARY KEY, name TEXT NOT NULL);
 INSERT INTO error_kinds VALUES (0, 'torn'), (1, 'read'), (2, 'late'), (3, 'other'),
-        (4, 'unmatched'), (5, 'not_resident'), (6, 'truncated'), (7, 'invalid');
+        (4, 'unmatched'), (5, 'not_resident'), (6, 'truncated'), (7, 'invalid'),
+        (8, 'code_gone');
 
 CREATE TABLE source_encodings (code INTEGER PRIMARY KEY, name TEXT NOT NULL);
 INSERT INTO source_encodings VALUES (0, 'plain'), (1, 'zlib');

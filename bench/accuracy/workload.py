@@ -47,27 +47,39 @@ clock = getattr(time, "perf_counter", time.time)
 
 # Time spent inside each measured function, by the function itself: what a
 # sample finds at the top of the stack (or under it, for fast_loop), not the
-# calls and returns around it.
+# calls and returns around it. Wall-clock time (what the default mode and
+# --blocking sample), and the thread's CPU time (what --bpf samples: it finds
+# a thread only on a CPU, and a phase preempted for a while lasts longer on
+# the wall clock than on the CPU).
 inside = {}
+cpu_inside = {}
 
 
 def hot_a(until):
     start = clock()
+    cpu0 = thread_cpu()
     while clock() < until:
         pass
     inside["hot_a"] = inside.get("hot_a", 0.0) + clock() - start
+    cpu_inside["hot_a"] = cpu_inside.get("hot_a", 0.0) + thread_cpu() - cpu0
 
 
 def hot_b(until):
     start = clock()
+    cpu0 = thread_cpu()
     while clock() < until:
         pass
     inside["hot_b"] = inside.get("hot_b", 0.0) + clock() - start
+    cpu_inside["hot_b"] = cpu_inside.get("hot_b", 0.0) + thread_cpu() - cpu0
 
 
 def shares(a, b):
     ta, tb = inside.get(a, 0.0), inside.get(b, 0.0)
-    return {a: ta / (ta + tb), b: tb / (ta + tb)}
+    ca, cb = cpu_inside.get(a, 0.0), cpu_inside.get(b, 0.0)
+    res = {a: ta / (ta + tb), b: tb / (ta + tb)}
+    if ca + cb > 0:
+        res["cpu"] = {a: ca / (ca + cb), b: cb / (ca + cb)}
+    return res
 
 
 def split(duration, a, b, rand):
@@ -83,16 +95,20 @@ def split(duration, a, b, rand):
 
 def deep_leaf(until):
     start = clock()
+    cpu0 = thread_cpu()
     while clock() < until:
         pass
     inside["deep_leaf"] = inside.get("deep_leaf", 0.0) + clock() - start
+    cpu_inside["deep_leaf"] = cpu_inside.get("deep_leaf", 0.0) + thread_cpu() - cpu0
 
 
 def shallow_leaf(until):
     start = clock()
+    cpu0 = thread_cpu()
     while clock() < until:
         pass
     inside["shallow_leaf"] = inside.get("shallow_leaf", 0.0) + clock() - start
+    cpu_inside["shallow_leaf"] = cpu_inside.get("shallow_leaf", 0.0) + thread_cpu() - cpu0
 
 
 def descend(n, until):
@@ -119,16 +135,20 @@ def rec(n):
 
 def fast_loop(until):
     start = clock()
+    cpu0 = thread_cpu()
     while clock() < until:
         rec(20)
     inside["fast_loop"] = inside.get("fast_loop", 0.0) + clock() - start
+    cpu_inside["fast_loop"] = cpu_inside.get("fast_loop", 0.0) + thread_cpu() - cpu0
 
 
 def flat(until):
     start = clock()
+    cpu0 = thread_cpu()
     while clock() < until:
         pass
     inside["flat"] = inside.get("flat", 0.0) + clock() - start
+    cpu_inside["flat"] = cpu_inside.get("flat", 0.0) + thread_cpu() - cpu0
 
 
 def faststack(duration, mean):

@@ -632,7 +632,9 @@ def test_accuracy(r, label, py, mode):
     if r.check("%s %s accuracy: periodic loop recorded" % (label, mode), p.returncode == 0,
                p.stderr):
         with open(truth_file) as f:
-            truth = json.load(f)["hot_a"]
+            truth = json.load(f)
+            # --bpf samples CPU time: the truth is the functions' CPU time there.
+            truth = (truth.get("cpu", truth) if mode == "bpf" else truth)["hot_a"]
         got, n = shares(r, db, "hot_a", "hot_b", mode=mode)
         r.check("%s %s accuracy: a loop of one period: hot_a %.1f%% of %d samples, truly %.1f%% "
                 "(within 8 points)" % (label, mode, 100 * got, n, 100 * truth),
@@ -645,7 +647,8 @@ def test_accuracy(r, label, py, mode):
                    p.returncode == 0, p.stderr):
         return
     with open(truth_file) as f:
-        truth = json.load(f)["fast_loop"]
+        truth = json.load(f)
+        truth = (truth.get("cpu", truth) if mode == "bpf" else truth)["fast_loop"]
     got, n = shares(r, db, "fast_loop", "flat", "total", mode=mode)
     inf = r.info(db)
     meta = inf["meta"]
@@ -945,6 +948,34 @@ def test_bpf(r, label, py, mode):
         q = r.rec(["-o", db, "--bpf", other, "--", py, "-c", "pass"])
         r.check("%s bpf: --bpf %s refused (exit 2, says which)" % (label, other),
                 q.returncode == 2 and other in q.stderr, "rc %d %s" % (q.returncode, q.stderr))
+    if os.geteuid() != 0:
+        return
+    # Without the privileges: --bpf says what to grant (exit 6); --bpf=auto records from
+    # user space, says why, and the trace says so.
+    out = tempfile.mkdtemp(prefix="pyflame-nobody-")
+    os.chmod(out, 0o777)
+
+    def drop():
+        os.setgid(65534)
+        os.setuid(65534)
+    try:
+        work = [py, os.path.join(WORK, "hot.py"), "1"]
+        q = subprocess.run([r.record, "-f", "-o", os.path.join(out, "a.db"), "--bpf", "--"] +
+                           work, stderr=subprocess.PIPE, universal_newlines=True, timeout=60,
+                           preexec_fn=drop)
+        r.check("%s bpf: --bpf without privileges: exit 6, says to grant CAP_BPF" % label,
+                q.returncode == 6 and "CAP_BPF" in q.stderr, "rc %d %s" % (q.returncode, q.stderr))
+        auto = os.path.join(out, "b.db")
+        q = subprocess.run([r.record, "-f", "-o", auto, "--bpf=auto", "--"] + work,
+                           stderr=subprocess.PIPE, universal_newlines=True, timeout=60,
+                           preexec_fn=drop)
+        meta = r.info(auto)["meta"] if q.returncode == 0 else {}
+        r.check("%s bpf: --bpf=auto without privileges records from user space and says why"
+                % label, q.returncode == 0 and "sampling from user space" in q.stderr and
+                meta.get("mode") == "nonblocking" and "CAP_BPF" in meta.get("bpf", ""),
+                "rc %d %s %s" % (q.returncode, q.stderr, meta.get("bpf")))
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 TESTS = [test_hot, test_ratio, test_threads, test_thread_spawn, test_threads_proc_state, test_generators, test_exit_status, test_attach,
