@@ -4,14 +4,18 @@ default mode in the same run (a program that prints numbers, not a test).
 
 1. Cost per sample: a CPU-bound workload (bench/workloads/deep.py) with a
    30- and a 100-deep stack, in 1 busy thread and in 8, recorded at 100 Hz
-   and 1 kHz in each mode (-p, --secs seconds, medians of --repeat runs).
+   and 1 kHz in each mode (-p, --secs seconds, medians of --repeat runs);
+   depth "30d"/"100d": a chain of that many different functions (every frame
+   its own code object, which --bpf reads for its identity), else one
+   function recursing.
    For each: samples, the recorder's own CPU time per sample (meta
    recorder_cpu_ns: both its threads, wake-ups and commits included), the
    in-kernel sampler's time per sample (meta bpf_run_ns, measured inside
    its timer callbacks: the walk, the lookups, the ring buffer; not the
    timer interrupt around it), and their sum. 'walk us' is bpf_run_ns per
-   callback that found a thread to sample (callbacks on CPUs with nothing
-   to sample cost a lookup). The default mode samples every thread each
+   callback that found a thread to sample (meta bpf_sample_ns: finding the
+   thread, walking, sending; callbacks on CPUs with nothing to sample cost
+   a lookup and the timer's restart, in bpf us). The default mode samples every thread each
    period; --bpf the threads on a CPU at their CPU's instant: with 8
    threads and the GIL, about one per CPU at a time, so the columns per
    second are printed too.
@@ -41,8 +45,9 @@ DEEP = os.path.join(HERE, "workloads", "deep.py")
 MODES = {"default": [], "bpf": ["--bpf"]}
 
 
-def start(py, depth, threads):
-    p = subprocess.Popen(recordbench.pin(0) + [py, DEEP, str(depth), "0", str(threads)],
+def start(py, depth, threads, distinct=False):
+    p = subprocess.Popen(recordbench.pin(0) + [py, DEEP, str(depth), "0", str(threads)] +
+                         (["distinct"] if distinct else []),
                          stdout=subprocess.PIPE, universal_newlines=True)
     assert p.stdout.readline().strip() == "ready"
     time.sleep(0.3)
@@ -66,9 +71,10 @@ def cost(args, py, tmp):
         "depth", "threads", "mode", "rate", "samples", "rec us", "bpf us", "total us",
         "walk us", "total ms/s"))
     rows = []
-    for depth in (30, 100):
-        for threads in (1, 8):
-            w = start(py, depth, threads)
+    for depth, threads, distinct in [(d, t, x) for d in (30, 100) for t in (1, 8) for x in
+                                     (False, True) if not (x and t > 1)]:
+        if True:
+            w = start(py, depth, threads, distinct)
             try:
                 for rate in (100, 1000):
                     for mode in ("default", "bpf"):
@@ -81,19 +87,21 @@ def cost(args, py, tmp):
                                 continue
                             rec = recordbench.meta_int(inf, "recorder_cpu_ns") or 0
                             bpf = recordbench.meta_int(inf, "bpf_run_ns") or 0
+                            walk = recordbench.meta_int(inf, "bpf_sample_ns") or 0
                             found = recordbench.meta_int(inf, "bpf_samples") or 0
                             dur = inf["duration_ns"] / 1e9
                             runs.append((n, rec / n / 1e3, bpf / n / 1e3, (rec + bpf) / n / 1e3,
-                                         bpf / found / 1e3 if found else 0.0,
+                                         walk / found / 1e3 if found else 0.0,
                                          (rec + bpf) / dur / 1e6))
                         if not runs:
                             continue
                         med = [statistics.median(r[i] for r in runs) for i in range(6)]
-                        print("%-5d %-7d %-7s %5d %8d %9.2f %9.2f %9.2f %9s %10.3f" % (
-                            depth, threads, mode, rate, med[0], med[1], med[2], med[3],
+                        print("%-5s %-7d %-7s %5d %8d %9.2f %9.2f %9.2f %9s %10.3f" % (
+                            "%d%s" % (depth, "d" if distinct else ""), threads, mode, rate,
+                            med[0], med[1], med[2], med[3],
                             "%.2f" % med[4] if mode == "bpf" else "-", med[5]))
                         sys.stdout.flush()
-                        rows.append((depth, threads, mode, rate, med))
+                        rows.append((depth, threads, distinct, mode, rate, med))
             finally:
                 w.kill()
                 w.wait()

@@ -84,6 +84,12 @@ struct bpfw_walk {
         __u64 have_lo, have_hi; /* what buf holds */
         __u32 span, lo, block;
         __u32 depth;
+        /*
+         * The code objects identified so far in this walk, most recent
+         * first: one instant's, so an object met again (a recursion, a loop
+         * of calls) is the same object, with no second read.
+         */
+        __u64 seen_code[BPFW_SEEN_CODES], seen_ident[BPFW_SEEN_CODES];
 };
 
 /* Frame i: copy it into the event. Returns 1 to stop (chain ended, read failed), 0 to go on. */
@@ -138,9 +144,12 @@ BPFW_STEP_ATTR int bpfw_step(__u32 i, void *ctx)
         /* The code object's identity now, while the frame holds it alive. */
         __u64 code = f->code & L->fr_code_mask;
         f->ident = 0;
+        for (__u32 k = 0; k < BPFW_SEEN_CODES; k++)
+                if (code && c->seen_code[k] == code)
+                        f->ident = c->seen_ident[k];
         __u32 cspan = L->co_span <= BPFW_FRAME_WINDOW ? L->co_span : BPFW_FRAME_WINDOW;
         /* (Entry frames carry no Python code; a code object that does not read: ident 0.) */
-        if (code && f->owner < L->owner_skip_from &&
+        if (code && !f->ident && f->owner < L->owner_skip_from &&
             BPFW_READ(c->cobuf, cspan, code + L->co_lo) >= 0) {
                 __u32 clo = L->co_lo;
                 const __u8 *cb = c->cobuf;
@@ -150,6 +159,12 @@ BPFW_STEP_ATTR int bpfw_step(__u32 i, void *ctx)
                     bpfw_coget64(cb, (__u32)L->co_name - clo),
                     bpfw_coget64(cb, (__u32)L->co_linetable - clo),
                     L->co_qualname >= 0 ? bpfw_coget64(cb, (__u32)L->co_qualname - clo) : 0);
+                for (__u32 k = BPFW_SEEN_CODES - 1; k > 0; k--) {
+                        c->seen_code[k] = c->seen_code[k - 1];
+                        c->seen_ident[k] = c->seen_ident[k - 1];
+                }
+                c->seen_code[0] = code;
+                c->seen_ident[0] = f->ident;
         }
         c->depth = i + 1;
         return 0;

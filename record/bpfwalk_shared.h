@@ -23,6 +23,7 @@
 #define BPFW_POS_MASK    (2 * BPFW_BLOCK - 1)    /* positions in the walk's buffer */
 #define BPFW_SCRATCH     (2 * BPFW_BLOCK + 8)    /* the walk's buffer, 8-aligned */
 #define BPFW_CO_SCRATCH  (BPFW_FRAME_WINDOW + 8) /* its buffer for a code object */
+#define BPFW_SEEN_CODES  4 /* code objects a walk remembers it has identified */
 #define BPFW_MAX_PROCS   1024
 #define BPFW_MAX_THREADS 65536
 #define BPFW_MAX_CPUS    1024

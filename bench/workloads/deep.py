@@ -1,7 +1,9 @@
 # CPU-bound workload with a stack of a chosen depth, for the recorder
-# benchmark. Usage: deep.py DEPTH SECONDS [THREADS]
+# benchmark. Usage: deep.py DEPTH SECONDS [THREADS [distinct]]
 #                                              run for a time (0: forever), in
-#                                              THREADS threads (default 1) alike
+#                                              THREADS threads (default 1) alike;
+#                                              "distinct": a chain of DEPTH different
+#                                              functions, not one recursing
 #                   deep.py DEPTH -N ITERS     do a fixed amount of work, print seconds taken
 #                   deep.py DEPTH -T SECONDS   run for a time, printing "MONOTONIC_TIME COUNT"
 #                                              every ~50 ms: units of work done since the last line
@@ -61,13 +63,22 @@ def main():
             leaf(1000)
 
     threads = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    run = recurse
+    if len(sys.argv) > 4 and sys.argv[4] == "distinct":
+        # f0 calls f1 ... calls fN-1 calls fn(): every frame its own code object.
+        ns = {}
+        src = "".join("def f%d(n, fn):\n    return f%d(n, fn)\n" % (i, i + 1)
+                      for i in range(depth - 3))
+        src += "def f%d(n, fn):\n    return fn()\n" % (depth - 3)
+        exec(src, ns)
+        run = ns["f0"]
     if threads > 1:
         import threading
         for _ in range(threads - 1):
-            t = threading.Thread(target=recurse, args=(depth - 2, spin))
+            t = threading.Thread(target=run, args=(depth - 2, spin))
             t.daemon = True
             t.start()
-    recurse(depth - 2, spin)
+    run(depth - 2, spin)
 
 
 if __name__ == "__main__":
