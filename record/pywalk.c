@@ -1116,13 +1116,18 @@ static uint64_t object_ident(struct pywalk *w, uint64_t addr)
         int32_t lo, hi;
         code_id_window(L, &lo, &hi);
         uint8_t buf[BPFW_FRAME_WINDOW];
-        if (hi - lo > (int32_t)sizeof(buf) ||
-            memsrc_read(w->m, addr + (uint64_t)lo, buf, (size_t)(hi - lo)) < 0)
+        int32_t len = hi - lo;
+        const int32_t at[] = {L->co_firstlineno - lo, L->co_filename - lo, L->co_name - lo,
+                              L->co_linetable - lo, L->co_qualname >= 0 ? L->co_qualname - lo : 0};
+        if (len <= 0 || len > (int32_t)sizeof(buf))
                 return 0;
-        return bpfw_ident((uint32_t)rd32(buf + L->co_firstlineno - lo),
-                          rd64(buf + L->co_filename - lo), rd64(buf + L->co_name - lo),
-                          rd64(buf + L->co_linetable - lo),
-                          L->co_qualname >= 0 ? rd64(buf + L->co_qualname - lo) : 0);
+        for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++)
+                if (at[i] < 0 || at[i] + 8 > len)
+                        return 0;
+        if (memsrc_read(w->m, addr + (uint64_t)lo, buf, (size_t)len) < 0)
+                return 0;
+        return bpfw_ident((uint32_t)rd32(buf + at[0]), rd64(buf + at[1]), rd64(buf + at[2]),
+                          rd64(buf + at[3]), L->co_qualname >= 0 ? rd64(buf + at[4]) : 0);
 }
 
 /* An entry's identity as the BPF program computes it of the object (struct bpfw_frame.ident). */
