@@ -1233,6 +1233,9 @@ static int bpf_frames(struct pywalk *w, const struct bpfw_event *e, uint32_t *de
                 rc = frame_offset(w, &pos, code, &ce, owner, &off);
                 if (rc < 0)
                         return rc;
+                /* A position that did not fit made the entry again, of the object now there. */
+                if (code_ident(ce) != f->ident)
+                        return PYWALK_CODE_GONE;
                 if (off == INT64_MIN || ce->shim)
                         continue;
                 if (*depth == PYWALK_MAX_DEPTH)
