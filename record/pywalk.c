@@ -1500,6 +1500,48 @@ static void walked_note(struct pywalk *w, const struct pywalk_thread *th)
                                    .frames = th->status == 0 && th->depth > 0};
 }
 
+/*
+ * Whether a state with frames is a second one of an OS thread already
+ * reported with frames in this walk: same thread id, same TID. Before 3.11
+ * the TID is read from glibc's struct pthread, which the next thread of a
+ * program that starts one per job reuses, pthread_t and all: a state of a
+ * thread that has just ended, still linked, read in the same walk as its
+ * successor's, takes the successor's ids, and the trace had two samples of
+ * one thread in one instant (1 in ~2000 samples of spawner.py on 3.10). The
+ * first one read is kept. Otherwise notes it (a set by both ids).
+ */
+static bool framed_twin(struct pywalk *w, const struct pywalk_thread *th)
+{
+        if (th->status != 0 || !th->depth || !th->thread_id || th->native_tid <= 0)
+                return false;
+        uint64_t key = (th->thread_id * 0x9e3779b97f4a7c15ull) ^ (uint64_t)th->native_tid;
+        key |= 1; /* 0 is the empty slot */
+        if (2 * (w->n_twins + 1) > w->cap_twins) {
+                size_t cap = w->cap_twins ? 2 * w->cap_twins : 64;
+                uint64_t *v = calloc(cap, sizeof(*v));
+                if (!v)
+                        return false; /* not checked: as before */
+                for (size_t i = 0; i < w->cap_twins; i++) {
+                        if (!w->twins[i])
+                                continue;
+                        size_t j = (size_t)(w->twins[i] >> 7) & (cap - 1);
+                        while (v[j])
+                                j = (j + 1) & (cap - 1);
+                        v[j] = w->twins[i];
+                }
+                free(w->twins);
+                w->twins = v;
+                w->cap_twins = cap;
+        }
+        size_t j = (size_t)(key >> 7) & (w->cap_twins - 1);
+        for (; w->twins[j]; j = (j + 1) & (w->cap_twins - 1))
+                if (w->twins[j] == key)
+                        return true;
+        w->twins[j] = key;
+        w->n_twins++;
+        return false;
+}
+
 static bool walked_before(const struct pywalk *w, uint64_t tstate)
 {
         for (size_t i = 0; i < w->n_walked; i++)
@@ -1599,6 +1641,9 @@ static int walk_interp(struct pywalk *w, uint64_t interp, int64_t index, pywalk_
         struct cycle cyc;
         cycle_init(&cyc);
         w->n_walked = w->n_frameless = 0;
+        if (w->n_twins)
+                memset(w->twins, 0, w->cap_twins * sizeof(*w->twins));
+        w->n_twins = 0;
         unsigned first = *nthreads, restarts = 0;
         for (uint64_t tstate = head; tstate && !*stop; (*nthreads)++) {
                 struct pywalk_thread th = {.tstate_addr = tstate,
@@ -1680,7 +1725,7 @@ static int walk_interp(struct pywalk *w, uint64_t interp, int64_t index, pywalk_
                                 th.depth = 0;
                 }
                 walked_note(w, &th);
-                if (!frameless_hold(w, &th)) {
+                if (!framed_twin(w, &th) && !frameless_hold(w, &th)) {
                         int frc = fn(ctx, &th);
                         if (frc < 0)
                                 return frc;
@@ -1888,6 +1933,7 @@ void pywalk_close(struct pywalk *w)
         free(w->frames);
         free(w->walked);
         free(w->frameless);
+        free(w->twins);
         free(w->pending);
         pytasks_free(w->tasks);
         pysnap_free(&w->snap);

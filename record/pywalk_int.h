@@ -147,6 +147,9 @@ struct pywalk {
         size_t n_walked, cap_walked;
         struct pywalk_thread *frameless;
         size_t n_frameless, cap_frameless;
+        /* walk_interp(): (thread id, TID) of the states with frames reported (framed_twin). */
+        uint64_t *twins;
+        size_t n_twins, cap_twins;
 
         uint32_t hints[N_HINTS];
         uint64_t name_hint_type[NAME_TYPES]; /* a class of threads... */

@@ -659,6 +659,44 @@ static void check_tid_twin(void **state)
 }
 
 /*
+ * Two states with frames and the same thread id and TID in one walk: one
+ * OS thread seen twice (before 3.11 a thread that has just ended, still
+ * linked, reads its successor's TID from the struct pthread they share).
+ * Only the first read is reported: never two samples of a thread at once.
+ */
+static void check_framed_twin(void **state)
+{
+        const struct ver *v = *state;
+        struct pyimg p;
+        make_image(v, &p);
+        if (p.L.ts_native_tid >= 0) {
+                pyimg_free(&p);
+                skip(); /* 3.11+: each state carries its own TID */
+        }
+        uint64_t code = mkcode(&p, "job", "job", "/t.py", 1, 4, 0);
+        int t0 = pyimg_add_thread(&p, p.interps[0], 7070);
+        pyimg_push(&p, t0, PYIMG_FRAME, code, 1);
+        int t1 = pyimg_add_thread(&p, p.interps[0], 7070);
+        pyimg_push(&p, t1, PYIMG_FRAME, code, 2);
+        int t2 = pyimg_add_thread(&p, p.interps[0], 7272);
+        pyimg_push(&p, t2, PYIMG_FRAME, code, 3);
+        /* The same pthread_t (before 3.11 the TID is read through it). */
+        img_u64(p.img, p.th[t1].tstate + (uint64_t)p.L.ts_thread_id, p.th[t0].pthread);
+        struct pywalk *w = open_walk(&p);
+        struct got g;
+        sample(w, &g);
+        assert_int_equal(g.n, 2);
+        assert_int_equal(g.t[0].tstate, p.th[t2].tstate);
+        assert_int_equal(g.t[1].tstate, p.th[t1].tstate);
+        /* Its own thread again: both reported. */
+        img_u64(p.img, p.th[t1].tstate + (uint64_t)p.L.ts_thread_id, p.th[t1].pthread);
+        sample(w, &g);
+        assert_int_equal(g.n, 3);
+        pywalk_close(w);
+        pyimg_free(&p);
+}
+
+/*
  * A thread state freed while the list is read: the link to it was read
  * before, its memory after (check_list_restart). The first read of the
  * state at `freed` unlinks it: the link at `link` then points to `to`.
@@ -1834,6 +1872,7 @@ static const struct scenario scenarios[] = {
     {"tid-prealloc", check_tid_prealloc, pthread_tid},
     {"list-restart", check_list_restart, any},
     {"tid-twin", check_tid_twin, any},
+    {"framed-twin", check_framed_twin, any},
     {"code-reuse", check_code_reuse, any},
     {"code-reuse-smaller", check_code_reuse_smaller, any},
     {"code-reuse-return", check_code_reuse_return, any},
