@@ -636,9 +636,10 @@ def test_accuracy(r, label, py, mode):
             # --bpf samples CPU time: the truth is the functions' CPU time there.
             truth = (truth.get("cpu", truth) if mode == "bpf" else truth)["hot_a"]
         got, n = shares(r, db, "hot_a", "hot_b", mode=mode)
+        # --bpf samples the workload only on a CPU: fewer on a loaded machine.
         r.check("%s %s accuracy: a loop of one period: hot_a %.1f%% of %d samples, truly %.1f%% "
                 "(within 8 points)" % (label, mode, 100 * got, n, 100 * truth),
-                n >= 300 and abs(got - truth) <= 0.08)
+                n >= (200 if mode == "bpf" else 300) and abs(got - truth) <= 0.08)
     db = r.out("acc-fast-%s-%s" % (label, mode))
     p = r.rec(["-o", db, "-r", "500"] + mode_flags(mode) +
               ["--"] + on_cpu(0) + [py, ACCURACY, "faststack", "3", truth_file, "0.001"],
