@@ -87,12 +87,15 @@ struct {
         __uint(max_entries, 8 << 20);
 } events SEC(".maps");
 
+#define PF_EXITING 0x4 /* include/linux/sched.h: the task is in do_exit() */
+
 #if defined(__TARGET_ARCH_x86)
 /* pthread_self() is the thread's FS base on x86-64 (glibc and musl). */
 struct thread_struct___pf {
         unsigned long fsbase;
 } __attribute__((preserve_access_index));
 struct task_struct___pf {
+        unsigned int flags;
         struct thread_struct___pf thread;
 } __attribute__((preserve_access_index));
 
@@ -102,11 +105,25 @@ static __always_inline __u64 current_pthread(void)
         return BPF_CORE_READ(t, thread.fsbase);
 }
 #else
+struct task_struct___pf {
+        unsigned int flags;
+} __attribute__((preserve_access_index));
+
 static __always_inline __u64 current_pthread(void)
 {
         return 0;
 }
 #endif
+
+/*
+ * The thread is ending, in the kernel (its memory may be gone already, so
+ * nothing of it reads): its Python ended before, this is not Python's time.
+ */
+static __always_inline int current_exiting(void)
+{
+        struct task_struct___pf *t = (void *)bpf_get_current_task();
+        return BPF_CORE_READ(t, flags) & PF_EXITING;
+}
 
 /* Whether the GIL is held, and by whom (0: unknown or not held). */
 static __always_inline __u64 gil_holder(const struct bpfw_proc *p, __u16 *flags)
@@ -133,6 +150,10 @@ static __always_inline void sample(struct bpfw_cpu *c)
         const struct bpfw_proc *p = bpf_map_lookup_elem(&procs, &pid);
         if (!p)
                 return;
+        if (current_exiting()) {
+                c->not_python++;
+                return;
+        }
         __u32 zero = 0;
         struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
         if (!s)
@@ -154,15 +175,30 @@ static __always_inline void sample(struct bpfw_cpu *c)
                 thread_id = th->thread_id; /* not resident: the walk will say so */
         else if (tstate && thread_id != th->thread_id)
                 tstate = 0; /* the entry is stale: the state went to another thread */
+        __u64 self = 0;
         if (!tstate && holder) {
                 /* A thread the recorder has not seen yet: it is the holder if ids agree. */
-                __u64 self = current_pthread();
+                self = current_pthread();
                 if (self &&
                     bpf_probe_read_user(&thread_id, 8,
                                         (const void *)(holder + (__s64)p->L.ts_thread_id)) == 0 &&
                     thread_id == self) {
                         tstate = holder;
                         e->flags |= BPFW_F_BY_GIL;
+                }
+        }
+        if (!tstate) {
+                /* Not the holder either: its interpreter's list says which state is its own. */
+                if (!self)
+                        self = current_pthread();
+                int found = bpfw_find_thread(p, self, &tstate);
+                if (found == 0) {
+                        c->not_python++; /* no Python state: not Python's time */
+                        return;
+                }
+                if (found > 0) {
+                        thread_id = self;
+                        e->flags |= BPFW_F_BY_LIST;
                 }
         }
         c->samples++;

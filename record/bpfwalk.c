@@ -231,6 +231,7 @@ void bpfwalk_get_stats(const struct bpfwalk *b, struct bpfwalk_stats *st)
                 st->samples += c.samples;
                 st->late += c.late;
                 st->lost += c.lost;
+                st->not_python += c.not_python;
                 st->run_ns += c.run_ns;
                 st->sample_ns += c.sample_ns;
                 if (!c.pin_flags)

@@ -22,13 +22,14 @@
 struct bpfwalk;
 
 struct bpfwalk_stats {
-        uint64_t fires;     /* timer callbacks, all CPUs */
-        uint64_t samples;   /* callbacks that found a thread of a recorded process */
-        uint64_t late;      /* slots that passed without a callback */
-        uint64_t lost;      /* events the ring buffer had no room for */
-        uint64_t run_ns;    /* time spent in the callbacks, measured inside them */
-        uint64_t sample_ns; /* ...in those that found a thread: finding, walking, sending */
-        unsigned cpus;      /* CPUs whose timer runs */
+        uint64_t fires;      /* timer callbacks, all CPUs */
+        uint64_t samples;    /* callbacks that found a thread of a recorded process */
+        uint64_t late;       /* slots that passed without a callback */
+        uint64_t lost;       /* events the ring buffer had no room for */
+        uint64_t not_python; /* ...that found a thread with no Python thread state: not sampled */
+        uint64_t run_ns;     /* time spent in the callbacks, measured inside them */
+        uint64_t sample_ns;  /* ...in those that found a thread: finding, walking, sending */
+        unsigned cpus;       /* CPUs whose timer runs */
         unsigned cpus_possible;
         bool pinned; /* the timers are pinned to their CPUs */
 };

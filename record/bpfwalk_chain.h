@@ -222,4 +222,68 @@ BPFW_INLINE void bpfw_walk(const struct bpfw_layout *L, __u64 tstate, struct bpf
                 e->flags |= BPFW_F_TRUNCATED;
 }
 
+/* The search of an interpreter's thread states (a bpf_loop() callback's context in the kernel). */
+struct bpfw_search {
+        __u64 next;  /* the next thread state, 0: the list ended */
+        __u64 self;  /* the thread's own id (pthread_self()) */
+        __u64 found; /* the state whose thread_id is `self`, 0: none yet */
+        __s32 off_next, off_id;
+        __u32 done; /* the list was read to its end or to `found` */
+};
+
+/* One thread state of the list. Returns 1 to stop (found, ended, a read failed), 0 to go on. */
+BPFW_STEP_ATTR int bpfw_search_step(__u32 i, void *ctx)
+{
+        struct bpfw_search *s = ctx;
+        __u64 id = 0, next = 0;
+        (void)i;
+        if (!s->next) {
+                s->done = 1;
+                return 1;
+        }
+        if (BPFW_READ(&id, 8, s->next + (__s64)s->off_id) < 0 ||
+            BPFW_READ(&next, 8, s->next + (__s64)s->off_next) < 0)
+                return 1;
+        if (id == s->self) {
+                s->found = s->next;
+                s->done = 1;
+                return 1;
+        }
+        s->next = next;
+        return 0;
+}
+
+/*
+ * The thread state of the thread whose id (pthread_self()) is `self`, from
+ * the main interpreter's list: a thread the recorder has not seen yet and
+ * that does not hold the GIL. Returns 1 and sets *tstate; 0 when the whole
+ * list was read and no state is the thread's (it runs no Python: a C
+ * library's thread, or a Python thread before its state is bound to it or
+ * after it is deleted); -1 when that is not known (a read failed, no list,
+ * more than BPFW_MAX_LIST states, no id to compare, or subinterpreters,
+ * whose lists are not searched). A list changed
+ * by another CPU meanwhile can at worst miss a thread being created.
+ */
+BPFW_INLINE int bpfw_find_thread(const struct bpfw_proc *P, __u64 self, __u64 *tstate)
+{
+        struct bpfw_search s = {
+            .self = self, .off_next = P->L.ts_next, .off_id = P->L.ts_thread_id};
+        *tstate = 0;
+        if (!self || !P->threads_head_addr || P->L.ts_next < 0 || P->L.ts_thread_id < 0 ||
+            BPFW_READ(&s.next, 8, P->threads_head_addr) < 0)
+                return -1;
+#ifdef BPFW_LOOP
+        BPFW_LOOP(BPFW_MAX_LIST, bpfw_search_step, &s);
+#else
+        for (__u32 i = 0; i < BPFW_MAX_LIST; i++)
+                if (bpfw_search_step(i, &s))
+                        break;
+#endif
+        if (!s.done)
+                return -1;
+        *tstate = s.found;
+        /* (In none of the main interpreter's states: of another interpreter's, maybe.) */
+        return s.found ? 1 : P->flags & BPFW_P_SUBINTERPS ? -1 : 0;
+}
+
 #endif

@@ -27,6 +27,8 @@
 #define BPFW_MAX_PROCS   1024
 #define BPFW_MAX_THREADS 65536
 #define BPFW_MAX_CPUS    1024
+/* Thread states of an interpreter searched for a thread the recorder has not told us of. */
+#define BPFW_MAX_LIST 128
 
 /* Where a version keeps what the walk reads. Offsets in bytes; -1: no such field. */
 struct bpfw_layout {
@@ -47,7 +49,8 @@ struct bpfw_layout {
         __u32 co_lo, co_span; /* [co_lo, co_lo + co_span) covers them */
         __u8 lasti_pointer;   /* fr_lasti is 8 bytes (a pointer), else a 4-byte int */
         __u8 owner_skip_from; /* frames with an owner from this on are not Python's (3.12+) */
-        __u8 pad[6];
+        __u8 pad[2];
+        __s32 ts_next; /* PyThreadState.next: the interpreter's list of thread states */
 };
 
 /* One recorded process (map key: its PID in the recorder's PID namespace). */
@@ -55,11 +58,19 @@ struct bpfw_proc {
         struct bpfw_layout L;
         __u64 gil_holder_addr; /* the word naming the GIL's holder (thread state), 0: unknown */
         __u64 gil_locked_addr; /* an int that is non-zero while the GIL is held, 0: none */
-        __u32 flags;           /* BPFW_P_* */
+        /*
+         * The word holding the first thread state of the main interpreter
+         * (its threads' list), 0: unknown. Where a thread has no entry (the
+         * recorder has not seen it yet) and does not hold the GIL, the list
+         * is searched for the state whose thread_id is the thread's own.
+         */
+        __u64 threads_head_addr;
+        __u32 flags; /* BPFW_P_* */
         __u32 pad;
 };
 
-#define BPFW_P_NO_GIL 0x1u /* free-threaded: no GIL to report */
+#define BPFW_P_NO_GIL     0x1u /* free-threaded: no GIL to report */
+#define BPFW_P_SUBINTERPS 0x2u /* more interpreters than the main one: its list is not all */
 
 /* One thread of a recorded process (map key: its TID in the recorder's PID namespace). */
 struct bpfw_thread {
@@ -108,10 +119,11 @@ enum {
 };
 
 /* struct bpfw_event.flags */
-#define BPFW_F_TRUNCATED 0x1u /* deeper than BPFW_MAX_DEPTH: the innermost frames are kept */
-#define BPFW_F_GIL_KNOWN 0x2u /* whether it held the GIL is known... */
-#define BPFW_F_GIL_HELD  0x4u /* ...and it did */
-#define BPFW_F_BY_GIL    0x8u /* found as the GIL's holder, not through its entry */
+#define BPFW_F_TRUNCATED 0x1u  /* deeper than BPFW_MAX_DEPTH: the innermost frames are kept */
+#define BPFW_F_GIL_KNOWN 0x2u  /* whether it held the GIL is known... */
+#define BPFW_F_GIL_HELD  0x4u  /* ...and it did */
+#define BPFW_F_BY_GIL    0x8u  /* found as the GIL's holder, not through its entry */
+#define BPFW_F_BY_LIST   0x10u /* found in its interpreter's list of thread states */
 
 /* One sample of one thread, leaf frame first. Sent with only its `depth` frames. */
 struct bpfw_event {
@@ -138,6 +150,14 @@ struct bpfw_cpu {
         __u64 sample_ns; /* of which in callbacks that found a thread: finding, walking, sending */
         __u64 armed;     /* 1 + CPU number once its timer runs */
         __u64 pin_flags; /* flags the timer is started with */
+        /*
+         * Callbacks that found a thread of a recorded process with no Python
+         * thread state (in no interpreter's list: a thread of a C library, or
+         * a Python thread before its state is bound or after it is deleted,
+         * or ending in the kernel): not Python's time, which the user-space
+         * sampler never sees either.
+         */
+        __u64 not_python;
 };
 
 #endif

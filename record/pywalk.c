@@ -1068,6 +1068,34 @@ int pywalk_bpf_proc(struct pywalk *w, struct bpfw_proc *out, char *err, size_t e
         B->co_span = (uint32_t)(chi - clo);
         /* 3.11+: a frame's callers are pushed below it on the same data stack. */
         B->fr_block = L->frames == PYL_FRAMES_INTERP ? BPFW_BLOCK : 0;
+        /*
+         * The main interpreter's list of thread states, for a thread the
+         * recorder has not seen yet: the interpreter whose id is 0 (3.7+),
+         * else the last of the interpreters' list (a new one is put first).
+         */
+        B->ts_next = L->ts_next;
+        uint64_t at = 0, interp = 0,
+                 head_addr = L->rt_interp_head >= 0 && w->t.runtime_addr
+                                 ? w->t.runtime_addr + (uint64_t)L->rt_interp_head
+                                 : w->t.interp_head_addr;
+        if (head_addr && memsrc_read(w->m, head_addr, &at, 8) < 0)
+                at = 0;
+        for (int i = 0; at && i < MAX_INTERPS; i++) {
+                uint64_t next = 0, id = 1;
+                if (memsrc_read(w->m, at + (uint64_t)L->is_next, &next, 8) < 0 ||
+                    (L->is_id >= 0 && memsrc_read(w->m, at + (uint64_t)L->is_id, &id, 8) < 0)) {
+                        interp = 0;
+                        break;
+                }
+                if (i > 0)
+                        out->flags |=
+                            BPFW_P_SUBINTERPS; /* a thread in none of main's lists may be theirs */
+                if (L->is_id >= 0 ? id == 0 : !next)
+                        interp = at;
+                at = next;
+        }
+        if (interp && L->is_threads_head >= 0 && L->ts_next >= 0)
+                out->threads_head_addr = interp + (uint64_t)L->is_threads_head;
         if (w->t.free_threaded) {
                 out->flags |= BPFW_P_NO_GIL;
         } else if (L->gil == PYL_GIL_SYMBOL) {

@@ -392,11 +392,15 @@ static void fx_proc(struct fx *f, uint64_t gil_holder)
                 assert_true((uint32_t)fields[i].off >= B->fr_lo);
                 assert_true((uint32_t)fields[i].off + fields[i].size <= B->fr_lo + B->fr_span);
         }
+        /* The main interpreter's list of thread states (the first interpreter made). */
+        assert_int_equal(B->ts_next, L->ts_next);
+        assert_int_equal(P->threads_head_addr, f->p.interps[0] + (uint64_t)L->is_threads_head);
+        uint32_t subinterps = f->p.n_interps > 1 ? BPFW_P_SUBINTERPS : 0;
         if (f->p.target.free_threaded) {
-                assert_int_equal(P->flags, BPFW_P_NO_GIL);
+                assert_int_equal(P->flags, BPFW_P_NO_GIL | subinterps);
                 return;
         }
-        assert_int_equal(P->flags, 0);
+        assert_int_equal(P->flags, subinterps);
         assert_true(P->gil_holder_addr != 0);
         assert_int_equal(img_get_u64(f->p.img, P->gil_holder_addr), gil_holder);
         if (P->gil_locked_addr) {
@@ -1131,6 +1135,74 @@ struct scenario {
         bool (*applies)(const struct ver *v);
 };
 
+/* bpfw_find_thread() over the image: every thread by its id, and what it cannot know. */
+static int fx_find(struct fx *f, uint64_t self, __u64 *tstate)
+{
+        bpfw_mem = &f->p.mem;
+        *tstate = 0xdead;
+        return bpfw_find_thread(&f->proc, self, tstate);
+}
+
+/*
+ * A thread the recorder has not told the program of, not the GIL's
+ * holder: its state is the one of the main interpreter's list whose
+ * thread_id is its own; a thread in no list runs no Python (not sampled);
+ * a list not read to its end (unreadable, too long, a cycle, no id, other
+ * interpreters' lists unsearched) says nothing (an error of the sample).
+ */
+static void check_search(void **state)
+{
+        struct fx *f = *state;
+        struct pyimg *p = &f->p;
+        int n = 5;
+        for (int t = 0; t < n; t++)
+                pyimg_add_thread(p, p->interps[0], 1000 + t);
+        pyimg_gil(p, p->interps[0], 0, -1);
+        fx_open(f);
+        fx_sample(f, 0);
+        __u64 ts;
+        for (int t = 0; t < n; t++) {
+                assert_int_equal(fx_find(f, p->th[t].pthread, &ts), 1);
+                assert_int_equal(ts, p->th[t].tstate);
+        }
+        assert_int_equal(fx_find(f, 0x7f0000001234ull, &ts), 0); /* no such thread */
+        assert_int_equal(ts, 0);
+        assert_int_equal(fx_find(f, 0, &ts), -1); /* no id (not x86-64) */
+        /* The list as a cycle: the search stops at its bound. */
+        uint64_t last = p->th[0].tstate, first = p->th[n - 1].tstate;
+        img_u64(p->img, last + (uint64_t)p->L.ts_next, first);
+        assert_int_equal(fx_find(f, p->th[0].pthread, &ts), 1);
+        assert_int_equal(fx_find(f, 0x7f0000001234ull, &ts), -1);
+        img_u64(p->img, last + (uint64_t)p->L.ts_next, 0);
+        assert_int_equal(fx_find(f, 0x7f0000001234ull, &ts), 0);
+        /* A state that does not read: the threads after it are not known. */
+        img_drop(p->img, p->th[2].tstate);
+        pyimg_sync(p);
+        assert_int_equal(fx_find(f, p->th[3].pthread, &ts), 1);
+        assert_int_equal(fx_find(f, p->th[1].pthread, &ts), -1);
+        assert_int_equal(fx_find(f, 0x7f0000001234ull, &ts), -1);
+        /*
+         * Another interpreter: a thread in no list of main's may be its.
+         * (Main is told by its id 0 from 3.7 on, else as the last of the
+         * list, where CPython puts the first interpreter but the image
+         * puts the newest: not tested there.)
+         */
+        if (p->L.is_id < 0) {
+                print_message("%-6s search     %d threads found by their ids\n", f->v->name, n);
+                return;
+        }
+        img_u64(p->img, p->interps[0] + (uint64_t)p->L.is_threads_head, p->th[4].tstate);
+        pyimg_add_interp(p, 1);
+        fx_sample(f, 0); /* (main is still interps[0]: fx_proc checks) */
+        assert_true(f->proc.flags & BPFW_P_SUBINTERPS);
+        assert_int_equal(fx_find(f, p->th[4].pthread, &ts), 1);
+        assert_int_equal(ts, p->th[4].tstate);
+        assert_int_equal(fx_find(f, 0x7f0000001234ull, &ts), -1);
+        f->proc.threads_head_addr = 0;
+        assert_int_equal(fx_find(f, p->th[4].pthread, &ts), -1);
+        print_message("%-6s search     %d threads found by their ids\n", f->v->name, n);
+}
+
 static const struct scenario scenarios[] = {
     {"proc", check_proc, any},
     {"plain", check_plain, any},
@@ -1142,6 +1214,7 @@ static const struct scenario scenarios[] = {
     {"cycle", check_cycle, any},
     {"cycle-long", check_cycle_long, any},
     {"gone", check_gone, any},
+    {"search", check_search, any},
 };
 
 #define N_VERSIONS  (sizeof(versions) / sizeof(versions[0]))
