@@ -27,10 +27,26 @@
 
 #include "bpfwalk_shared.h"
 
-#define BPFW_READ(dst, len, addr) bpf_probe_read_user((dst), (len), (const void *)(addr))
-#define BPFW_INLINE               static __always_inline
-#define BPFW_STEP_ATTR            static __noinline
-#define BPFW_LOOP(n, fn, ctx)     bpf_loop((n), (fn), (ctx), 0)
+/* Code objects the recorder has decoded (bpfwalk_shared.h), written by it. */
+struct {
+        __uint(type, BPF_MAP_TYPE_ARRAY);
+        __uint(max_entries, BPFW_KNOWN_SETS);
+        __type(key, __u32);
+        __type(value, struct bpfw_known_set);
+} known SEC(".maps");
+
+static __always_inline int code_known(__u64 code, __u64 ident)
+{
+        __u32 i = bpfw_known_index(code);
+        const struct bpfw_known_set *set = bpf_map_lookup_elem(&known, &i);
+        return !set || bpfw_known_has(set, code, ident);
+}
+
+#define BPFW_CODE_KNOWN(code, ident) code_known((code), (ident))
+#define BPFW_READ(dst, len, addr)    bpf_probe_read_user((dst), (len), (const void *)(addr))
+#define BPFW_INLINE                  static __always_inline
+#define BPFW_STEP_ATTR               static __noinline
+#define BPFW_LOOP(n, fn, ctx)        bpf_loop((n), (fn), (ctx), 0)
 #include "bpfwalk_chain.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -225,6 +241,16 @@ static __always_inline void sample(struct bpfw_cpu *c)
         __u64 fill = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
         __u64 flags = fill > bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 4 ? BPF_RB_FORCE_WAKEUP
                                                                               : BPF_RB_NO_WAKEUP;
+        /*
+         * Or at once when the walk met a code object the recorder does not
+         * know yet, which may be freed in a few milliseconds (a module's
+         * body); at most once a millisecond per CPU.
+         */
+        if ((e->flags & BPFW_F_NEW_CODE) && e->time_ns - c->woke_ns >= BPFW_WAKE_GAP_NS) {
+                flags = BPF_RB_FORCE_WAKEUP;
+                c->woke_ns = e->time_ns;
+                c->wakeups++;
+        }
         if (bpf_ringbuf_output(&events, e, size, flags) < 0)
                 c->lost++;
 }

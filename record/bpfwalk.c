@@ -30,6 +30,7 @@ struct bpfwalk {
         void *ctx;
         int fn_rc;
         unsigned ncpus;
+        struct bpfw_known_set *known; /* what map `known` holds, BPFW_KNOWN_SETS */
 };
 
 static char libbpf_msg[256];
@@ -199,6 +200,19 @@ void bpfwalk_del_thread(struct bpfwalk *b, pid_t tid)
         bpf_map_delete_elem(bpf_map__fd(b->skel->maps.threads), &key);
 }
 
+int bpfwalk_known(struct bpfwalk *b, uint64_t code, uint64_t ident)
+{
+        if (!b->known && !(b->known = calloc(BPFW_KNOWN_SETS, sizeof(*b->known))))
+                return -ENOMEM;
+        uint32_t key = bpfw_known_index(code);
+        if (!bpfw_known_put(&b->known[key], code, ident))
+                return 0;
+        return bpf_map_update_elem(bpf_map__fd(b->skel->maps.known), &key, &b->known[key],
+                                   BPF_ANY) < 0
+                   ? -errno
+                   : 0;
+}
+
 int bpfwalk_wait(struct bpfwalk *b, int timeout_ms)
 {
         struct pollfd p = {.fd = ring_buffer__epoll_fd(b->rb), .events = POLLIN};
@@ -232,6 +246,7 @@ void bpfwalk_get_stats(const struct bpfwalk *b, struct bpfwalk_stats *st)
                 st->late += c.late;
                 st->lost += c.lost;
                 st->not_python += c.not_python;
+                st->wakeups += c.wakeups;
                 st->run_ns += c.run_ns;
                 st->sample_ns += c.sample_ns;
                 if (!c.pin_flags)
@@ -247,6 +262,7 @@ void bpfwalk_close(struct bpfwalk *b)
                 __atomic_store_n(&b->skel->bss->stopping, 1, __ATOMIC_RELEASE);
         ring_buffer__free(b->rb);
         bpfwalk_bpf__destroy(b->skel); /* freeing the maps cancels the timers */
+        free(b->known);
         free(b);
 }
 
@@ -281,6 +297,12 @@ int bpfwalk_set_thread(struct bpfwalk *b, pid_t tid, uint64_t tstate, uint64_t t
 void bpfwalk_del_thread(struct bpfwalk *b, pid_t tid)
 {
         (void)b, (void)tid;
+}
+
+int bpfwalk_known(struct bpfwalk *b, uint64_t code, uint64_t ident)
+{
+        (void)b, (void)code, (void)ident;
+        return -ENOTSUP;
 }
 
 int bpfwalk_wait(struct bpfwalk *b, int timeout_ms)

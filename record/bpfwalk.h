@@ -27,6 +27,7 @@ struct bpfwalk_stats {
         uint64_t late;       /* slots that passed without a callback */
         uint64_t lost;       /* events the ring buffer had no room for */
         uint64_t not_python; /* ...that found a thread with no Python thread state: not sampled */
+        uint64_t wakeups;    /* times the program woke us for code objects new to us */
         uint64_t run_ns;     /* time spent in the callbacks, measured inside them */
         uint64_t sample_ns;  /* ...in those that found a thread: finding, walking, sending */
         unsigned cpus;       /* CPUs whose timer runs */
@@ -52,6 +53,13 @@ int bpfwalk_set_thread(struct bpfwalk *b, pid_t tid, uint64_t tstate, uint64_t t
 void bpfwalk_del_thread(struct bpfwalk *b, pid_t tid);
 
 /*
+ * The code object at `code` (its f_code word without tag bits) has identity
+ * `ident` and is decoded: the program need not wake us when it meets it
+ * again. Returns 0 or a negative errno.
+ */
+int bpfwalk_known(struct bpfwalk *b, uint64_t code, uint64_t ident);
+
+/*
  * Called for each event taken by bpfwalk_poll(); `len` bytes of it are
  * there (its header and `depth` frames). Return 0 to go on, a negative
  * errno to stop (bpfwalk_poll() returns it).
@@ -60,7 +68,8 @@ typedef int (*bpfwalk_event_fn)(void *ctx, const struct bpfw_event *e, size_t le
 
 /*
  * Wait up to timeout_ms for the ring buffer to need emptying (a quarter
- * full: the program does not wake us for each event). Returns 1 when it
+ * full, or an event with a code object not known to us: the program does
+ * not wake us for each event). Returns 1 when it
  * does, 0 at the timeout, -EINTR on a signal.
  */
 int bpfwalk_wait(struct bpfwalk *b, int timeout_ms);

@@ -20,6 +20,15 @@
 
 #include "bpfwalk_shared.h"
 
+/*
+ * BPFW_CODE_KNOWN(code, ident): nonzero when the recorder has told the walk
+ * it knows that code object (struct bpfw_known_set); the walk flags events
+ * with one it does not (BPFW_F_NEW_CODE). Known by default.
+ */
+#ifndef BPFW_CODE_KNOWN
+#define BPFW_CODE_KNOWN(code, ident) 1
+#endif
+
 #ifndef BPFW_INLINE
 #define BPFW_INLINE static inline __attribute__((always_inline))
 #endif
@@ -165,6 +174,8 @@ BPFW_STEP_ATTR int bpfw_step(__u32 i, void *ctx)
                 }
                 c->seen_code[0] = code;
                 c->seen_ident[0] = f->ident;
+                if (!BPFW_CODE_KNOWN(code, f->ident))
+                        e->flags |= BPFW_F_NEW_CODE;
         }
         c->depth = i + 1;
         return 0;

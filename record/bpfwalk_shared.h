@@ -110,6 +110,53 @@ bpfw_ident(__u32 first_line, __u64 file, __u64 name, __u64 table, __u64 qualname
         return h | 1;
 }
 
+/*
+ * The code objects the recorder has decoded, as (address, identity): a
+ * two-way set-associative table the recorder fills and the program reads
+ * (map `known`). A walk that meets a code object not in it (one built
+ * since: a module's body being imported, exec'd code) wakes the recorder
+ * at once rather than at its next round, so that it reads the object while
+ * it still exists: such objects are often freed milliseconds later.
+ */
+#define BPFW_KNOWN_SETS 32768 /* a power of two */
+/* A CPU wakes the recorder for new code at most once in this long. */
+#define BPFW_WAKE_GAP_NS 1000000
+
+struct bpfw_known_set {
+        __u64 code[2], ident[2]; /* [0]: the most recently put */
+};
+
+static inline __attribute__((always_inline)) __u32 bpfw_known_index(__u64 code)
+{
+        return (__u32)(((code >> 4) * 0x9e3779b97f4a7c15ull) >> 40) & (BPFW_KNOWN_SETS - 1);
+}
+
+/* Whether `set` holds `code` with identity `ident`. */
+static inline __attribute__((always_inline)) int bpfw_known_has(const struct bpfw_known_set *set,
+                                                                __u64 code, __u64 ident)
+{
+        return (set->code[0] == code && set->ident[0] == ident) ||
+               (set->code[1] == code && set->ident[1] == ident);
+}
+
+/*
+ * Put `code` with `ident` into its set (the recorder's side): first, the
+ * other entry kept second (the older one goes). Returns 1 when the set
+ * changed (to be written to the map), 0 when it held that already.
+ */
+static inline int bpfw_known_put(struct bpfw_known_set *set, __u64 code, __u64 ident)
+{
+        if (set->code[0] == code && set->ident[0] == ident)
+                return 0;
+        if (set->code[0] != code) {
+                set->code[1] = set->code[0];
+                set->ident[1] = set->ident[0];
+        }
+        set->code[0] = code;
+        set->ident[0] = ident;
+        return 1;
+}
+
 /* struct bpfw_event.status */
 enum {
         BPFW_OK = 0,
@@ -124,6 +171,7 @@ enum {
 #define BPFW_F_GIL_HELD  0x4u  /* ...and it did */
 #define BPFW_F_BY_GIL    0x8u  /* found as the GIL's holder, not through its entry */
 #define BPFW_F_BY_LIST   0x10u /* found in its interpreter's list of thread states */
+#define BPFW_F_NEW_CODE  0x20u /* a code object not in `known`: the recorder was woken */
 
 /* One sample of one thread, leaf frame first. Sent with only its `depth` frames. */
 struct bpfw_event {
@@ -158,6 +206,8 @@ struct bpfw_cpu {
          * sampler never sees either.
          */
         __u64 not_python;
+        __u64 wakeups; /* times the recorder was woken for code objects new to it */
+        __u64 woke_ns; /* when last */
 };
 
 #endif

@@ -154,8 +154,17 @@ static int code_insert(struct pywalk *w, struct code_entry *e)
         size_t i = hash_slot(e->addr, w->hash_cap);
         while (w->hash[i] && w->hash[i]->addr != e->addr)
                 i = (i + 1) & (w->hash_cap - 1);
-        if (!w->hash[i])
+        if (!w->hash[i]) {
                 w->hash_n++;
+        } else {
+                /* Superseded: kept (in w->all) for late events of the object it described. */
+                e->older = w->hash[i];
+                struct code_entry *o = e->older;
+                for (int n = 1; o && n < CODE_OLDER; n++)
+                        o = o->older;
+                if (o)
+                        o->older = NULL;
+        }
         w->hash[i] = e;
         return 0;
 }
@@ -203,6 +212,8 @@ static void code_cache_trim(struct pywalk *w)
                         code_free(e);
         }
         w->n_all = kept;
+        for (size_t i = 0; i < w->n_all; i++)
+                w->all[i]->older = NULL; /* superseded entries are all freed (not current) */
         if (w->n_all > 2 * CODE_CACHE_SOFT) {
                 qsort(w->all, w->n_all, sizeof(*w->all), seen_cmp); /* most recent first */
                 for (size_t i = CODE_CACHE_SOFT; i < w->n_all; i++)
@@ -1240,8 +1251,18 @@ static int bpf_frames(struct pywalk *w, const struct bpfw_event *e, uint32_t *de
                 if (!f->ident)
                         return PYWALK_CODE_UNREAD; /* cannot tell it is the one sampled */
                 if (code_ident(ce) != f->ident) {
-                        if (ce->checked_sample == w->sample_no ||
-                            (rc = code_recheck(w, &ce)) != 0 || code_ident(ce) != f->ident)
+                        /*
+                         * An object this address held before (the event is
+                         * older than the entry: the recorder reads events up
+                         * to a batch late), else the object there now.
+                         */
+                        struct code_entry *o = ce->older;
+                        while (o && code_ident(o) != f->ident)
+                                o = o->older;
+                        if (o)
+                                ce = o;
+                        else if (ce->checked_sample == w->sample_no ||
+                                 (rc = code_recheck(w, &ce)) != 0 || code_ident(ce) != f->ident)
                                 return rc < 0 && fatal_read(rc) ? rc : PYWALK_CODE_GONE;
                 }
                 /*

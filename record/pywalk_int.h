@@ -86,7 +86,16 @@ struct code_entry {
         uint64_t checked_sample; /* last sample that compared it with its object */
         uint64_t seen_sample;    /* last sample with one of its frames */
         uint64_t pending_sample; /* last sample it was queued for comparison in */
+        /*
+         * The entries this one superseded at its address, most recent first
+         * (at most CODE_OLDER): --bpf decodes events up to a batch late, when
+         * the object sampled may have been replaced already (one module's
+         * body by the next's). Cut by code_cache_trim(), which frees them.
+         */
+        struct code_entry *older;
 };
+
+#define CODE_OLDER 8
 
 struct type_flags {
         uint64_t type, flags;

@@ -2175,6 +2175,7 @@ static int finish_trace(struct recording *r, int status)
                 trace_writer_set_meta_int(w, "bpf_samples", (int64_t)bs.samples);
                 trace_writer_set_meta_int(w, "bpf_lost", (int64_t)bs.lost);
                 trace_writer_set_meta_int(w, "bpf_not_python", (int64_t)bs.not_python);
+                trace_writer_set_meta_int(w, "bpf_wakeups", (int64_t)bs.wakeups);
                 trace_writer_set_meta_int(w, "bpf_cpus", (int64_t)bs.cpus);
                 trace_writer_set_meta(w, "bpf_timers", bs.pinned ? "pinned" : "not pinned");
         }

@@ -118,8 +118,9 @@ struct sampler {
         bool same_pidns;       /* the target's thread ids are ours (procfs_same_pidns) */
         /* --bpf: the in-kernel sampler (bpfwalk.h) takes the samples; NULL: we do. */
         struct bpfwalk *bpf;
-        bool bpf_refresh;    /* an event named a thread it did not know */
-        uint64_t bpf_pushed; /* refreshes that told the BPF program of the process */
+        uint64_t bpf_code_mask; /* of a frame's code word: the program's key of code objects */
+        bool bpf_refresh;       /* an event named a thread it did not know */
+        uint64_t bpf_pushed;    /* refreshes that told the BPF program of the process */
         /*
          * --bpf: the frame chains of this batch already decoded, by a hash
          * of what the program copied (code, position, owner per frame), and
@@ -1670,6 +1671,7 @@ int sampler_bpf_refresh(struct sampler *s, int64_t now_ns, char *err, size_t err
         struct bpfw_proc p;
         char msg[256];
         if (rc == 0 && pywalk_bpf_proc(s->walk, &p, msg, sizeof(msg)) == 0) {
+                s->bpf_code_mask = p.L.fr_code_mask;
                 if (bpfwalk_set_proc(s->bpf, s->pid, &p) == 0)
                         s->bpf_pushed++;
         } else if (!s->bpf_pushed && rc == 0) {
@@ -1792,6 +1794,10 @@ int sampler_bpf_event(struct sampler *s, const struct bpfw_event *e)
                  * object the cache did not know cannot be read any more.
                  */
                 s->st.read_errors++;
+                if (getenv("PF_DEBUG"))
+                        fprintf(stderr, "DBG gone rc %d flags %x depth %u age_us %lld\n", rc,
+                                e->flags, e->depth,
+                                (long long)(pf_now_mono_ns() - (int64_t)e->time_ns) / 1000);
                 if (s->k)
                         tsink_error(s->k, s->pid, TRACE_ERROR_CODE_GONE, 1);
                 return 0;
@@ -1814,6 +1820,16 @@ int sampler_bpf_event(struct sampler *s, const struct bpfw_event *e)
                 tsink_error(s->k, s->pid, TRACE_ERROR_TRUNCATED, 1);
         uint32_t stack = m ? m->stack : TRACE_STACK_EMPTY;
         uint64_t samples = s->st.samples;
+        if (!m && th.status == 0) {
+                /*
+                 * Every code object of the chain is decoded and cached now:
+                 * the program need not wake us for them again.
+                 */
+                for (uint32_t i = 0; i < e->depth; i++)
+                        if (e->frames[i].ident)
+                                bpfwalk_known(s->bpf, e->frames[i].code & s->bpf_code_mask,
+                                              e->frames[i].ident);
+        }
         rc = sample_thread_as(s, &th, &stack, m != NULL);
         if (rc >= 0 && memo && !m && th.status == 0 && s->st.samples != samples)
                 memo_keep(s, e, h, stack);

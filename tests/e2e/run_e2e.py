@@ -165,6 +165,41 @@ def test_ratio(r, label, py, mode):
             abs(share - truth) <= tol, "a=%d b=%d held over %d" % (a, b, held))
 
 
+def test_imports(r, label, py, mode):
+    """Import-time work (imports.py): module bodies, each freed right after its import,
+    take half the CPU time, spin() between them the other half. Their share must come
+    out as measured, and their samples not be lost: --bpf decodes its events up to a
+    fifth of a second late, when a module's code object is gone (it is woken at once
+    for code new to it, and keeps the entries of objects superseded at an address)."""
+    db = r.out("imports-%s-%s" % (label, mode))
+    p = r.rec(["-o", db, "-r", "500"] + mode_flags(mode)
+              + ["--", py, os.path.join(WORK, "imports.py"), "100", "10"])
+    if not r.check("%s %s imports: spawn exits 0" % (label, mode), p.returncode == 0, p.stderr):
+        return
+    m = re.search(r"bodies ([0-9.]+) spin ([0-9.]+)", p.stderr)
+    if not r.check("%s %s imports: the workload's times" % (label, mode), m, p.stderr):
+        return
+    in_bodies, in_spin = float(m.group(1)), float(m.group(2))
+    truth = 100.0 * in_bodies / (in_bodies + in_spin)
+    bodies = spin = 0
+    for fr, c in r.folded(db):
+        if fr and fr[-1][0] == "<module>" and "gen_mod_" in fr[-1][1]:
+            bodies += c
+        elif has_func(fr, "spin"):
+            spin += c
+    share = 100.0 * bodies / (bodies + spin) if bodies + spin else 0
+    inf = r.info(db)
+    held = int(inf["meta"].get("held_over_samples", 0))
+    n_eff = max(bodies + spin - held, (bodies + spin) // 4, 1)
+    p_true = truth / 100.0
+    tol = max(5.0, 4.5 * 100.0 * math.sqrt(p_true * (1 - p_true) / n_eff))
+    gone = inf["errors"].get("code_gone", 0)
+    r.check("%s %s imports: module bodies' share %.1f%% within %.1fpp of their CPU time's "
+            "%.1f%%, %d samples code_gone" % (label, mode, share, tol, truth, gone),
+            abs(share - truth) <= tol and gone <= 0.02 * (bodies + spin) + 2,
+            "bodies %d spin %d held over %d" % (bodies, spin, held))
+
+
 def test_threads(r, label, py, mode, extra=()):
     db = r.out("threads-%s-%s%s" % (label, mode, "".join(extra)))
     p = r.rec(["-o", db, "-r", "200"] + mode_flags(mode) + list(extra)
@@ -993,7 +1028,7 @@ def test_bpf(r, label, py, mode):
         shutil.rmtree(out, ignore_errors=True)
 
 
-TESTS = [test_hot, test_ratio, test_threads, test_thread_spawn, test_threads_proc_state, test_generators, test_exit_status, test_attach,
+TESTS = [test_hot, test_ratio, test_imports, test_threads, test_thread_spawn, test_threads_proc_state, test_generators, test_exit_status, test_attach,
          test_subprocesses, test_subprocess_churn, test_container, test_signals, test_dump, test_dump_consistent,
          test_cli, test_accuracy, test_hold_over, test_hold_over_two, test_bpf]
 

@@ -58,7 +58,16 @@ static int bpfw_test_read(void *dst, uint32_t len, uint64_t addr)
         return rc;
 }
 
-#define BPFW_READ(dst, len, addr) bpfw_test_read((dst), (len), (addr))
+/* The recorder's table of code objects it knows (map `known`); NULL: all known. */
+static struct bpfw_known_set *bpfw_known;
+
+static int bpfw_test_known(uint64_t code, uint64_t ident)
+{
+        return !bpfw_known || bpfw_known_has(&bpfw_known[bpfw_known_index(code)], code, ident);
+}
+
+#define BPFW_READ(dst, len, addr)    bpfw_test_read((dst), (len), (addr))
+#define BPFW_CODE_KNOWN(code, ident) bpfw_test_known((code), (ident))
 #include "bpfwalk_chain.h"
 
 /* ---- versions (as test_pywalk_image.c) ---- */
@@ -1107,6 +1116,13 @@ static void check_gone(void **state)
         assert_int_equal(fx_decode(f), 0);
         assert_int_equal(f->got->depth, 3);
         assert_string_equal(f->got->f[1].name, "other");
+        /*
+         * The old event decoded after the new one (events are decoded up to
+         * a batch late): the entry the new object superseded still decodes it.
+         */
+        memcpy(f->e, sampled, sizeof(*sampled));
+        assert_int_equal(fx_decode(f), 0);
+        assert_string_equal(f->got->f[1].name, "body");
         /* A walker that never saw the old object: the old event cannot be decoded. */
         pywalk_close(f->w);
         fx_open(f);
@@ -1127,6 +1143,81 @@ static void check_gone(void **state)
         assert_int_equal(fx_decode(f), PYWALK_CODE_UNREAD);
         free(sampled);
         fx_report(f, "gone");
+}
+
+/* Put every code object of f->e into the table, as the recorder does once it decoded them. */
+static void fx_know(struct fx *f)
+{
+        for (uint32_t i = 0; i < f->e->depth; i++)
+                if (f->e->frames[i].ident)
+                        bpfw_known_put(&bpfw_known[bpfw_known_index(f->e->frames[i].code &
+                                                                    f->proc.L.fr_code_mask)],
+                                       f->e->frames[i].code & f->proc.L.fr_code_mask,
+                                       f->e->frames[i].ident);
+}
+
+/*
+ * The table of code objects the recorder knows: a walk meeting one not in
+ * it flags its event (the program wakes the recorder at once, to read the
+ * object before it is freed); one whose objects are all there does not; an
+ * object changed at a known address is new again. And the table's sets:
+ * two entries each, the older one replaced.
+ */
+static void check_known(void **state)
+{
+        struct fx *f = *state;
+        struct pyimg *p = &f->p;
+        const struct pylayout *L = &p->L;
+        uint64_t mod = mkcode(p, "<module>", "<module>", "/app/mod.py", 1, 20, 0);
+        uint64_t body = mkcode(p, "<module>", "<module>", "/app/imported.py", 1, 20, 0);
+        uint64_t rec = mkcode(p, "rec", "rec", "/app/rec.py", 30, 20, 0);
+        int t = pyimg_add_thread(p, p->interps[0], -1);
+        pyimg_push(p, t, PYIMG_FRAME, mod, 3);
+        pyimg_push(p, t, PYIMG_FRAME, body, 5);
+        for (int i = 0; i < 6; i++)
+                pyimg_push(p, t, PYIMG_FRAME, rec, 7);
+        fx_open(f);
+        fx_sample(f, 0);
+        bpfw_known = calloc(BPFW_KNOWN_SETS, sizeof(*bpfw_known));
+        assert_non_null(bpfw_known);
+        fx_walk(f, p->th[t].tstate, p->th[t].pthread);
+        assert_int_equal(f->e->status, BPFW_OK);
+        assert_true(f->e->flags & BPFW_F_NEW_CODE);
+        assert_int_equal(fx_decode(f), 0);
+        fx_know(f);
+        fx_walk(f, p->th[t].tstate, p->th[t].pthread);
+        assert_false(f->e->flags & BPFW_F_NEW_CODE);
+        /* The body's code freed, another at its address: new to the recorder. */
+        uint64_t file = pyimg_str(p, "/app/other.py", PYIMG_STR_AUTO);
+        img_u64(p->img, body + (uint64_t)L->co_filename, file);
+        pyimg_sync(p);
+        fx_walk(f, p->th[t].tstate, p->th[t].pthread);
+        assert_true(f->e->flags & BPFW_F_NEW_CODE);
+        assert_int_equal(fx_decode(f), 0);
+        fx_know(f);
+        fx_walk(f, p->th[t].tstate, p->th[t].pthread);
+        assert_false(f->e->flags & BPFW_F_NEW_CODE);
+        free(bpfw_known);
+        bpfw_known = NULL;
+        /* Three addresses of one set: the first put goes when the third comes. */
+        uint64_t a = 0x7f0000001000ull, b = a + 16, c;
+        while (bpfw_known_index(b) != bpfw_known_index(a))
+                b += 16;
+        for (c = b + 16; bpfw_known_index(c) != bpfw_known_index(a);)
+                c += 16;
+        struct bpfw_known_set set = {{0, 0}, {0, 0}};
+        assert_int_equal(bpfw_known_put(&set, a, 1), 1);
+        assert_int_equal(bpfw_known_put(&set, a, 1), 0);
+        assert_int_equal(bpfw_known_put(&set, b, 2), 1);
+        assert_true(bpfw_known_has(&set, a, 1) && bpfw_known_has(&set, b, 2));
+        assert_false(bpfw_known_has(&set, a, 2));
+        assert_int_equal(bpfw_known_put(&set, c, 3), 1);
+        assert_false(bpfw_known_has(&set, a, 1));
+        assert_true(bpfw_known_has(&set, b, 2) && bpfw_known_has(&set, c, 3));
+        assert_int_equal(bpfw_known_put(&set, b, 4), 1); /* b's object changed */
+        assert_true(bpfw_known_has(&set, b, 4) && bpfw_known_has(&set, c, 3));
+        assert_false(bpfw_known_has(&set, b, 2));
+        print_message("%-6s known      new code flagged, known code not\n", f->v->name);
 }
 
 struct scenario {
@@ -1215,6 +1306,7 @@ static const struct scenario scenarios[] = {
     {"cycle-long", check_cycle_long, any},
     {"gone", check_gone, any},
     {"search", check_search, any},
+    {"known", check_known, any},
 };
 
 #define N_VERSIONS  (sizeof(versions) / sizeof(versions[0]))
