@@ -8,15 +8,13 @@
  * the flags.
  *
  * At startup a synthetic interpreter image (tests/record/imgbuild.c) is
- * built for each of the 14 layouts the walker's tests know (2.7 to 3.15,
- * 3.7 debug, 3.13t, 3.14t), with threads holding real stacks: plain frames
- * whose names and files come in every string kind, entry, generator, shim,
- * not-started and being-cleared frames, an f_executable that is no code, a
- * 270-frame stack spread over data-stack chunks (an event holds 256),
- * thread-local bytecode (3.14t), a thread without frames. What
- * pywalk_sample() finds in each thread is kept as the truth; what the
- * program's own walk (record/bpfwalk_chain.h, compiled here) copies of each
- * thread is the real event.
+ * built for each of the 14 layouts the walker's tests know
+ * (tests/record/imgvers.c: 2.7 to 3.15, 3.7 debug, 3.13t, 3.14t), with threads holding real stacks:
+ * plain frames whose names and files come in every string kind, entry, generator, shim, not-started
+ * and being-cleared frames, an f_executable that is no code, a 270-frame stack spread over
+ * data-stack chunks (an event holds 256), thread-local bytecode (3.14t), a thread without frames.
+ * What pywalk_sample() finds in each thread is kept as the truth; what the program's own walk
+ * (record/bpfwalk_chain.h, compiled here) copies of each thread is the real event.
  *
  * An input is the layout (its first byte, low 6 bits) and a sequence of
  * operations on a walker opened for it:
@@ -74,6 +72,7 @@
 
 #include "bpfwalk_shared.h"
 #include "imgbuild.h"
+#include "imgvers.h"
 #include "memsrc.h"
 #include "pylayout.h"
 #include "pywalk.h"
@@ -98,163 +97,6 @@ static void die(const char *fmt, ...)
                 if (!(cond))                                                                       \
                         die(__VA_ARGS__);                                                          \
         } while (0)
-
-/* ---- versions and layouts (as tests/record/test_bpfwalk.c) ---- */
-
-struct ver {
-        const char *name;
-        int major, minor;
-        bool ft, debug;
-};
-
-static const struct ver versions[] = {
-    {"2.7", 2, 7, false, false},   {"3.6", 3, 6, false, false},   {"3.7", 3, 7, false, false},
-    {"3.7d", 3, 7, false, true},   {"3.8", 3, 8, false, false},   {"3.9", 3, 9, false, false},
-    {"3.10", 3, 10, false, false}, {"3.11", 3, 11, false, false}, {"3.12", 3, 12, false, false},
-    {"3.13", 3, 13, false, false}, {"3.13t", 3, 13, true, false}, {"3.14", 3, 14, false, false},
-    {"3.14t", 3, 14, true, false}, {"3.15", 3, 15, false, false},
-};
-
-#define N_VERSIONS (sizeof(versions) / sizeof(versions[0]))
-
-static uint32_t version_hex(const struct ver *v)
-{
-        return (uint32_t)v->major << 24 | (uint32_t)v->minor << 16 | 2u << 8 | 0xf0u;
-}
-
-/*
- * 3.13+ layouts as test_bpfwalk.c writes them out from the reference doc:
- * imgbuild serialises them into _Py_DebugOffsets, which the walker reads
- * back. Only what the images and the frame walk need.
- */
-static void debug_layout(const struct ver *v, struct pylayout *L)
-{
-        bool t = v->ft;
-        int h = t ? 16 : 0; /* the free-threaded object header is 16 bytes longer */
-        memset(L, 0, sizeof(*L));
-        L->major = 3;
-        L->minor = (uint8_t)v->minor;
-        L->free_threaded = t;
-        L->frames = PYL_FRAMES_INTERP;
-        L->lasti = PYL_LASTI_POINTER;
-        L->linetable = LT_LOCATIONS_311;
-        L->strings = t && v->minor >= 14 ? PYL_STR_PEP393_BYTE0 : PYL_STR_PEP393;
-        L->gil = PYL_GIL_INTERP;
-        L->ob_type = 8 + h;
-        L->ob_size = 16 + h;
-        L->tp_flags = 168 + h;
-        L->rt_interp_head = v->minor == 13 ? 632 : 808;
-        L->rt_tstate_current = -1;
-        L->is_next = v->minor == 13 ? 7264 : 7272;
-        L->is_threads_head = 7344;
-        L->is_id = v->minor == 13 ? 7272 : 7280;
-        L->is_ceval_gil = 16;
-        L->gil_enabled = t ? 0 : -1;
-        L->gil_locked = 16 + (t ? 8 : 0);
-        L->gil_holder = 8 + (t ? 8 : 0);
-        L->ts_next = 8;
-        L->ts_interp = 16;
-        L->ts_frame = 72;
-        L->ts_thread_id = 152;
-        L->ts_native_tid = 160;
-        L->ts_datastack_chunk = 232;
-        L->ts_datastack_top = 240;
-        L->ts_state = v->minor == 13 ? 40 : 44;
-        L->ts_base_frame = v->minor >= 15 ? 400 : -1;
-        L->cframe_current = -1;
-        L->fr_back = 8;
-        L->fr_code = 0;
-        L->fr_lasti = 56;
-        L->fr_owner = v->minor == 13 ? 70 : t ? 78 : 74;
-        L->fr_tlbc_index = t && v->minor >= 14 ? 72 : -1;
-        L->fr_is_entry = -1;
-        L->fr_code_mask = v->minor >= 14 ? ~3ull : ~0ull;
-        L->owner_generator = 1;
-        L->owner_skip_from = 3;
-        L->executable_any = true;
-        L->init_shim = true;
-        L->co_filename = 112 + h;
-        L->co_name = 120 + h;
-        L->co_qualname = 128 + h;
-        L->co_linetable = 136 + h;
-        L->co_firstlineno = 68 + h;
-        if (v->minor == 13) {
-                L->co_firsttraceable = 184 + h;
-                L->co_code_adaptive = 200 + h;
-        } else {
-                L->co_firsttraceable = v->minor == 14 ? (t ? 208 : 192) : -1;
-                L->co_code_adaptive = t ? 232 : 208;
-        }
-        L->co_tlbc = t && v->minor >= 14 ? 224 : -1;
-        L->co_code = -1;
-        L->str_length = 16 + h;
-        L->str_state = 32 + h;
-        L->str_ascii_size = 40 + h;
-        L->str_compact_size = 56 + h;
-        L->str_data = 56 + h;
-        L->bytes_size = 16 + h;
-        L->bytes_sval = 32 + h;
-        L->chunk_previous = 0;
-        L->chunk_size = 8;
-        L->chunk_data = 24;
-        L->dicts = PYL_DICT_311;
-        L->attrs = PYL_ATTRS_INLINE_313;
-        L->ints = PYL_INT_TAG;
-        L->is_modules = v->minor == 13 ? (t ? 7664 : 7656) : 7648;
-        L->md_dict = 16 + h;
-        L->tp_basicsize = 32 + h;
-        L->tp_dictoffset = 288 + h;
-        L->ht_cached_keys = v->minor >= 15 ? -1 : 880 + h;
-        L->dict_keys = 32 + h;
-        L->dict_values = 40 + h;
-        L->dict_mask = -1;
-        L->dk_size = 8;
-        L->dk_log2_index_bytes = 9;
-        L->dk_kind = 10;
-        L->dk_nentries = 24;
-        L->dk_indices = 32;
-        L->values_values = 8;
-        L->values_valid = 3;
-        L->pre_dict = t ? 8 : 24;
-        L->pre_values = -1;
-        L->int_value = 16 + h;
-        L->int_digits = 24 + h;
-        int32_t *task_fields[] = {
-            &L->tp_name,         &L->tp_base,     &L->set_mask,        &L->set_table,
-            &L->wr_object,       &L->meth_self,   &L->list_items,      &L->fut_loop,
-            &L->fut_callback0,   &L->fut_state,   &L->task_fut_waiter, &L->task_coro,
-            &L->task_name,       &L->task_size,   &L->gen_frame,       &L->gen_iframe,
-            &L->gen_frame_state, &L->fr_stacktop, &L->fr_valuestack,
-        };
-        for (size_t i = 0; i < sizeof(task_fields) / sizeof(task_fields[0]); i++)
-                *task_fields[i] = -1;
-        /* Bytes per frame read, as the walker derives them. */
-        int32_t end = L->fr_lasti + 8;
-        if (L->fr_owner + 1 > end)
-                end = L->fr_owner + 1;
-        if (L->fr_tlbc_index + 4 > end)
-                end = L->fr_tlbc_index + 4;
-        L->fr_read = (uint32_t)(end + 7) & ~7u;
-}
-
-static void make_image(const struct ver *v, struct pyimg *p)
-{
-        struct pylayout L;
-        if (v->minor >= 13) {
-                debug_layout(v, &L);
-                /* co_read is derived; take the walker's own value for the builder's sizes. */
-                L.co_read = (uint32_t)(L.co_tlbc >= 0 ? L.co_tlbc + 8 : L.co_firsttraceable + 4);
-                if (L.co_firsttraceable < 0)
-                        L.co_read = (uint32_t)L.co_linetable + 8;
-                L.co_read = (L.co_read + 7) & ~7u;
-        } else {
-                const struct pylayout *T = pylayout_table(v->major, v->minor, 2, v->debug);
-                CHECK(T, "no layout table for %s", v->name);
-                L = *T;
-        }
-        pyimg_init(p, &L, version_hex(v));
-        p->target.debug_build = v->debug;
-}
 
 /* ---- the images ---- */
 
@@ -336,7 +178,7 @@ static uint8_t walk_cobuf[BPFW_CO_SCRATCH] __attribute__((aligned(8)));
 #include "bpfwalk_chain.h"
 
 struct layout {
-        const struct ver *v;
+        const struct imgver *v;
         struct pyimg p;
         struct fastmem mem;
         struct bpfw_proc proc; /* what pywalk_bpf_proc() tells the program */
@@ -448,11 +290,11 @@ static int keep_truth(void *ctx, const struct pywalk_thread *th)
  * frames, deep, tlbc) as threads of one interpreter, and a thread with no
  * frames; then its chains, the truth, and the addresses to use.
  */
-static void build_layout(struct layout *l, const struct ver *v)
+static void build_layout(struct layout *l, const struct imgver *v)
 {
         memset(l, 0, sizeof(*l));
         l->v = v;
-        make_image(v, &l->p);
+        CHECK(imgver_image(v, IMGVER_TASKS_NONE, &l->p) == 0, "no layout table for %s", v->name);
         struct pyimg *p = &l->p;
         const struct pylayout *L = &p->L;
         p->chunk_bytes = 4096; /* the deep stack spreads over chunks (3.11+) */
@@ -1210,13 +1052,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
         (void)argc, (void)argv;
         verbose = getenv("FUZZ_VERBOSE") != NULL;
-        layouts = calloc(N_VERSIONS, sizeof(*layouts));
+        layouts = calloc(IMGVER_COUNT, sizeof(*layouts));
         scratch = malloc(sizeof(*scratch));
         CHECK(layouts && scratch, "out of memory");
-        for (size_t i = 0; i < N_VERSIONS; i++)
-                build_layout(&layouts[i], &versions[i]);
+        for (size_t i = 0; i < IMGVER_COUNT; i++)
+                build_layout(&layouts[i], &imgver_table[i]);
         /* Each layout's threads, decoded from their own chains: the truth holds. */
-        for (uint8_t i = 0; i < N_VERSIONS; i++)
+        for (uint8_t i = 0; i < IMGVER_COUNT; i++)
                 LLVMFuzzerTestOneInput(&i, 1);
         return 0;
 }
@@ -1225,7 +1067,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
         struct in in = {data, size};
         uint8_t first = get8(&in);
-        struct run r = {.l = &layouts[(first & 0x3f) % N_VERSIONS], .e = scratch};
+        struct run r = {.l = &layouts[(first & 0x3f) % IMGVER_COUNT], .e = scratch};
         /*
          * A sample where the top bit is set; heap frames (<=3.10) cost most
          * to walk cold: there, where the two top bits are.

@@ -25,175 +25,17 @@
 #include <cmocka.h>
 
 #include "imgbuild.h"
+#include "imgvers.h"
 #include "pylayout.h"
 #include "pyflame-config.h"
 #include "pywalk.h"
 
-/* ---- versions ---- */
+/* ---- versions (imgvers.c) ---- */
 
-struct ver {
-        const char *name;
-        int major, minor;
-        bool ft, debug;
-};
-
-static const struct ver versions[] = {
-    {"2.7", 2, 7, false, false},   {"3.6", 3, 6, false, false},   {"3.7", 3, 7, false, false},
-    {"3.7d", 3, 7, false, true},   {"3.8", 3, 8, false, false},   {"3.9", 3, 9, false, false},
-    {"3.10", 3, 10, false, false}, {"3.11", 3, 11, false, false}, {"3.12", 3, 12, false, false},
-    {"3.13", 3, 13, false, false}, {"3.13t", 3, 13, true, false}, {"3.14", 3, 14, false, false},
-    {"3.14t", 3, 14, true, false}, {"3.15", 3, 15, false, false},
-};
-
-static uint32_t version_hex(const struct ver *v)
+/* The image of v; its 3.13 layout has the task fields (the round trip compares them). */
+static void make_image(const struct imgver *v, struct pyimg *p)
 {
-        return (uint32_t)v->major << 24 | (uint32_t)v->minor << 16 | 2u << 8 | 0xf0u;
-}
-
-/*
- * 3.13+ layouts written out from the reference doc (offsets.csv, section 6),
- * independently of pylayout.c: imgbuild serialises them into
- * _Py_DebugOffsets and the walker must read back exactly this.
- */
-static void debug_layout(const struct ver *v, struct pylayout *L)
-{
-        bool t = v->ft;
-        int h = t ? 16 : 0; /* the free-threaded object header is 16 bytes longer */
-        memset(L, 0, sizeof(*L));
-        L->major = 3;
-        L->minor = (uint8_t)v->minor;
-        L->free_threaded = t;
-        L->frames = PYL_FRAMES_INTERP;
-        L->lasti = PYL_LASTI_POINTER;
-        L->linetable = LT_LOCATIONS_311;
-        L->strings = t && v->minor >= 14 ? PYL_STR_PEP393_BYTE0 : PYL_STR_PEP393;
-        L->gil = PYL_GIL_INTERP;
-        L->ob_type = 8 + h;
-        L->ob_size = 16 + h;
-        L->tp_flags = 168 + h;
-        L->rt_interp_head = v->minor == 13 ? 632 : 808;
-        L->rt_tstate_current = -1;
-        L->is_next = v->minor == 13 ? 7264 : 7272;
-        L->is_threads_head = 7344;
-        L->is_id = v->minor == 13 ? 7272 : 7280;
-        L->is_ceval_gil = 16;
-        L->gil_enabled = t ? 0 : -1;
-        L->gil_locked = 16 + (t ? 8 : 0);
-        L->gil_holder = 8 + (t ? 8 : 0);
-        L->ts_next = 8;
-        L->ts_interp = 16;
-        L->ts_frame = 72;
-        L->ts_thread_id = 152;
-        L->ts_native_tid = 160;
-        L->ts_datastack_chunk = 232;
-        L->ts_datastack_top = 240;
-        L->ts_state = v->minor == 13 ? 40 : 44;
-        L->ts_base_frame = v->minor >= 15 ? 400 : -1;
-        L->cframe_current = -1;
-        L->fr_back = 8;
-        L->fr_code = 0;
-        L->fr_lasti = 56;
-        L->fr_owner = v->minor == 13 ? 70 : t ? 78 : 74;
-        L->fr_tlbc_index = t && v->minor >= 14 ? 72 : -1;
-        L->fr_is_entry = -1;
-        L->fr_code_mask = v->minor >= 14 ? ~3ull : ~0ull;
-        L->owner_generator = 1;
-        L->owner_skip_from = 3;
-        L->executable_any = true;
-        L->init_shim = true;
-        L->co_filename = 112 + h;
-        L->co_name = 120 + h;
-        L->co_qualname = 128 + h;
-        L->co_linetable = 136 + h;
-        L->co_firstlineno = 68 + h;
-        if (v->minor == 13) {
-                L->co_firsttraceable = 184 + h;
-                L->co_code_adaptive = 200 + h;
-        } else {
-                L->co_firsttraceable = v->minor == 14 ? (t ? 208 : 192) : -1;
-                L->co_code_adaptive = t ? 232 : 208;
-        }
-        L->co_tlbc = t && v->minor >= 14 ? 224 : -1;
-        L->co_code = -1;
-        L->str_length = 16 + h;
-        L->str_state = 32 + h;
-        L->str_ascii_size = 40 + h;
-        L->str_compact_size = 56 + h;
-        L->str_data = 56 + h;
-        L->bytes_size = 16 + h;
-        L->bytes_sval = 32 + h;
-        L->chunk_previous = 0;
-        L->chunk_size = 8;
-        L->chunk_data = 24;
-        /*
-         * Thread names: 3.13t from the 3.13.0 headers with Py_GIL_DISABLED,
-         * 3.14+ [S]/[U]; imports.modules of 3.14+ is any offset inside the
-         * interpreter (the walker takes it from _Py_DebugOffsets).
-         */
-        L->dicts = PYL_DICT_311;
-        L->attrs = PYL_ATTRS_INLINE_313;
-        L->ints = PYL_INT_TAG;
-        L->is_modules = v->minor == 13 ? (t ? 7664 : 7656) : 7648;
-        L->md_dict = 16 + h;
-        L->tp_basicsize = 32 + h;
-        L->tp_dictoffset = 288 + h;
-        L->ht_cached_keys = v->minor >= 15 ? -1 : 880 + h;
-        L->dict_keys = 32 + h;
-        L->dict_values = 40 + h;
-        L->dict_mask = -1;
-        L->dk_size = 8;
-        L->dk_log2_index_bytes = 9;
-        L->dk_kind = 10;
-        L->dk_nentries = 24;
-        L->dk_indices = 32;
-        L->values_values = 8;
-        L->values_valid = 3;
-        L->pre_dict = t ? 8 : 24;
-        L->pre_values = -1;
-        L->int_value = 16 + h;
-        L->int_digits = 24 + h;
-        /* asyncio tasks: 3.13 (GIL build) only, as found in the live 3.13.0 (pylayout.c). */
-        int32_t *task_fields[] = {
-            &L->tp_name,         &L->tp_base,     &L->set_mask,        &L->set_table,
-            &L->wr_object,       &L->meth_self,   &L->list_items,      &L->fut_loop,
-            &L->fut_callback0,   &L->fut_state,   &L->task_fut_waiter, &L->task_coro,
-            &L->task_name,       &L->task_size,   &L->gen_frame,       &L->gen_iframe,
-            &L->gen_frame_state, &L->fr_stacktop, &L->fr_valuestack,
-        };
-        int32_t task_313[] = {24,  256, 32,  40,  16, 24, 24, 16, 24, 96,
-                              112, 120, 128, 144, -1, 72, 67, 64, 72};
-        bool tasks = v->minor == 13 && !t;
-        for (size_t i = 0; i < sizeof(task_fields) / sizeof(task_fields[0]); i++)
-                *task_fields[i] = tasks ? task_313[i] : -1;
-        L->tasks = tasks ? PYL_TASKS_SCHEDULED : 0;
-        L->await = tasks ? PYL_AWAIT_LOCALSPLUS : 0;
-        L->gen_created = tasks ? -3 : 0;
-        /* Bytes per frame read, as the walker derives them (checked against pylayout). */
-        int32_t end = L->fr_lasti + 8;
-        if (L->fr_owner + 1 > end)
-                end = L->fr_owner + 1;
-        if (L->fr_tlbc_index + 4 > end)
-                end = L->fr_tlbc_index + 4;
-        L->fr_read = (uint32_t)(end + 7) & ~7u;
-}
-
-static void make_image(const struct ver *v, struct pyimg *p)
-{
-        struct pylayout L;
-        if (v->minor >= 13) {
-                debug_layout(v, &L);
-                /* co_read is derived; take the walker's own value for the builder's sizes. */
-                L.co_read = (uint32_t)(L.co_tlbc >= 0 ? L.co_tlbc + 8 : L.co_firsttraceable + 4);
-                if (L.co_firsttraceable < 0)
-                        L.co_read = (uint32_t)L.co_linetable + 8;
-                L.co_read = (L.co_read + 7) & ~7u;
-        } else {
-                const struct pylayout *T = pylayout_table(v->major, v->minor, 2, v->debug);
-                assert_non_null(T);
-                L = *T;
-        }
-        pyimg_init(p, &L, version_hex(v));
-        p->target.debug_build = v->debug;
+        assert_int_equal(imgver_image(v, IMGVER_TASKS_313, p), 0);
 }
 
 /* ---- collecting a sample ---- */
@@ -281,7 +123,7 @@ static void expect_frame(const struct got_frame *f, const char *name, const char
         assert_int_equal(f->line, line);
 }
 
-static bool has_qualname(const struct ver *v)
+static bool has_qualname(const struct imgver *v)
 {
         return v->major == 3 && v->minor >= 11;
 }
@@ -290,7 +132,7 @@ static bool has_qualname(const struct ver *v)
 
 static void check_layout_roundtrip(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         struct pylayout got, want;
@@ -299,7 +141,7 @@ static void check_layout_roundtrip(void **state)
         if (rc)
                 print_message("%s\n", err);
         assert_int_equal(rc, 0);
-        debug_layout(v, &want);
+        imgver_debug_layout(v, IMGVER_TASKS_313, &want);
         want.co_read = got.co_read;
         assert_int_equal(got.fr_read, want.fr_read);
         memcpy(want.name, got.name, sizeof(want.name));
@@ -313,7 +155,7 @@ static void check_layout_roundtrip(void **state)
 
 static void check_basic(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         bool py2 = v->major == 2;
@@ -418,7 +260,7 @@ static void check_basic(void **state)
 /* A depth-30 stack: a warm sample must cost at most 4 reads (prefetch makes it 1). */
 static void check_read_budget(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         uint64_t codes[30];
@@ -462,7 +304,7 @@ static void check_read_budget(void **state)
 /* Threads in two interpreters. */
 static void check_two_interps(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         uint64_t code = mkcode(&p, "f", "f", "/a.py", 1, 10, 0);
@@ -505,7 +347,7 @@ static int stop_at_first(void *ctx, const struct pywalk_thread *th)
  */
 static void check_callback_errors(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         uint64_t code = mkcode(&p, "f", "f", "/a.py", 1, 10, 0);
@@ -531,7 +373,7 @@ static void check_callback_errors(void **state)
 /* Frames spread over four data-stack chunks (3.11+). */
 static void check_chunks(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         p.chunk_bytes = 4096;
@@ -557,7 +399,7 @@ static void check_chunks(void **state)
 /* Thread-local bytecode (3.14t): the instruction offset is from the thread's copy. */
 static void check_tlbc(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         uint64_t code = mkcode(&p, "hot", "hot", "/t.py", 10, 20, 0);
@@ -587,7 +429,7 @@ static void check_tlbc(void **state)
  */
 static void check_tid_prealloc(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         int t0 = pyimg_add_thread(&p, p.interps[0], -1);
@@ -629,7 +471,7 @@ static void check_tid_prealloc(void **state)
  */
 static void check_tid_twin(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         if (p.L.ts_native_tid < 0) {
@@ -666,7 +508,7 @@ static void check_tid_twin(void **state)
  */
 static void check_framed_twin(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         if (p.L.ts_native_tid >= 0) {
@@ -748,7 +590,7 @@ static int unlink_readv(struct memsrc *m, const struct memsrc_iov *iov, size_t n
  */
 static void check_list_restart(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         for (unsigned retries = 0; retries < 2; retries++) {
                 struct pyimg p;
                 make_image(v, &p);
@@ -798,7 +640,7 @@ static void check_list_restart(void **state)
 /* Free-threaded without a GIL: "held" means attached. */
 static void check_no_gil(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         int t0 = pyimg_add_thread(&p, p.interps[0], -1);
@@ -823,7 +665,7 @@ static void check_no_gil(void **state)
 /* A code object freed and another built at the same address, noticed by the instruction offset. */
 static void check_code_reuse(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         uint64_t code = mkcode(&p, "old", "old", "/o.py", 1, 4, 0);
@@ -864,7 +706,7 @@ static void check_code_reuse(void **state)
 
 static void check_code_cache_bounded(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         uint64_t code = mkcode(&p, "f0", "f0", "/gen.py", 1, 4, 0);
@@ -914,7 +756,7 @@ static void check_code_cache_bounded(void **state)
  */
 static void check_code_reuse_smaller(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         uint64_t code = mkcode(&p, "<module>", "<module>", "/lib/site.py", 1, 60, 0);
@@ -952,7 +794,7 @@ static void check_code_reuse_smaller(void **state)
  */
 static void check_code_reuse_return(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         uint64_t main_code = mkcode(&p, "main", "main", "/app/m.py", 1, 20, 0);
@@ -1002,7 +844,7 @@ static int one_thread_status(struct pyimg *p, struct got *g)
 
 static void check_torn_cycle(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         uint64_t code = mkcode(&p, "f", "f", "/c.py", 1, 10, 0);
@@ -1018,7 +860,7 @@ static void check_torn_cycle(void **state)
 
 static void check_torn_type(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         uint64_t good = mkcode(&p, "good", "good", "/t.py", 1, 10, 0);
@@ -1043,7 +885,7 @@ static void check_torn_type(void **state)
 
 static void check_torn_strings(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         enum pyimg_strform forms[] = {PYIMG_STR_HUGE, PYIMG_STR_BAD_KIND};
         for (int k = 0; k < 2; k++) {
                 if (v->major == 2 && forms[k] == PYIMG_STR_BAD_KIND)
@@ -1079,7 +921,7 @@ static void check_torn_strings(void **state)
 /* A pointer out of the chunk that does not read; the chunk itself gone. */
 static void check_torn_dangling(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         uint64_t code = mkcode(&p, "f", "f", "/d.py", 1, 10, 0);
@@ -1114,7 +956,7 @@ static void check_torn_dangling(void **state)
 /* 3.15: a chain that does not end at the thread's base frame is incomplete. */
 static void check_torn_base_frame(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         uint64_t code = mkcode(&p, "f", "f", "/b.py", 1, 10, 0);
@@ -1132,7 +974,7 @@ static void check_torn_base_frame(void **state)
 /* Thread lists that loop or point into another interpreter: bounded, torn. */
 static void check_torn_threads(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         int t0 = pyimg_add_thread(&p, p.interps[0], -1);
@@ -1189,7 +1031,7 @@ static int check_frames_sane(void *ctx, const struct pywalk_thread *th)
 
 static void check_fuzz(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         uint64_t seed = 0x2545f4914f6cdd1dull ^ (uint64_t)v->minor << 8 ^ (uint64_t)v->ft;
         struct fuzz_count n = {0};
         int failed_samples = 0;
@@ -1369,14 +1211,14 @@ static void set_thread_id(struct pyimg *p, int t, uint64_t id)
         img_u64(p->img, p->th[t].tstate + (uint64_t)p->L.ts_thread_id, id);
 }
 
-static bool has_values(const struct ver *v)
+static bool has_values(const struct imgver *v)
 {
         return v->major == 3 && v->minor >= 11;
 }
 
 static void check_names(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         bool py2 = v->major == 2, values = has_values(v), inline13 = v->minor >= 13 && !py2;
@@ -1458,7 +1300,7 @@ static void check_names(void **state)
 /* Reading names never touches the samples' prefetch: a warm sample stays one read. */
 static void check_names_budget(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         uint64_t code = mkcode(&p, "f", "f", "/app/f.py", 1, 20, 0);
@@ -1489,7 +1331,7 @@ static void check_names_budget(void **state)
 /* Damaged dicts, ints, strings and classes: fewer names, never a crash or a wrong one. */
 static void check_names_torn(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         const struct pylayout *L = &p.L;
@@ -1579,7 +1421,7 @@ static void check_names_torn(void **state)
 /* Random damage to an image with threading (as check_fuzz): never a crash, only sane names. */
 static void check_names_fuzz(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         uint64_t seed = 0x9e3779b97f4a7c15ull ^ (uint64_t)v->minor << 8 ^ (uint64_t)v->ft;
         int named = 0, calls = 0;
         for (int iter = 0; iter < 40; iter++) {
@@ -1637,7 +1479,7 @@ static int try_open(struct pyimg *p, char *err, size_t errlen)
 
 static void check_open(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         char err[256];
         struct pyimg p;
         make_image(v, &p);
@@ -1731,7 +1573,7 @@ static void check_tables(void **state)
  */
 static void check_torn_yielded(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         uint64_t gen = mkcode(&p, "<genexpr>", "<genexpr>", "/app/hot.py", 10, 10, 0);
@@ -1758,7 +1600,7 @@ static void check_torn_yielded(void **state)
  */
 static void check_torn_dead_frame(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         uint64_t code = mkcode(&p, "rec", "rec", "/app/rec.py", 3, 10, 0);
@@ -1795,7 +1637,7 @@ static void check_torn_dead_frame(void **state)
 /* 3.11+: a generator's embedded frame with no `previous` (it yielded under us) is torn. */
 static void check_torn_yielded_embedded(void **state)
 {
-        const struct ver *v = *state;
+        const struct imgver *v = *state;
         struct pyimg p;
         make_image(v, &p);
         uint64_t gen = mkcode(&p, "<genexpr>", "<genexpr>", "/app/hot.py", 10, 10, 0);
@@ -1808,48 +1650,48 @@ static void check_torn_yielded_embedded(void **state)
         pyimg_free(&p);
 }
 
-static bool heap_frames(const struct ver *v)
+static bool heap_frames(const struct imgver *v)
 {
         return v->major == 2 || v->minor <= 10;
 }
 
-static bool frame_state(const struct ver *v)
+static bool frame_state(const struct imgver *v)
 {
         return v->major == 3 && v->minor >= 6 && v->minor <= 10;
 }
 
-static bool any(const struct ver *v)
+static bool any(const struct imgver *v)
 {
         (void)v;
         return true;
 }
 
-static bool debug_offsets(const struct ver *v)
+static bool debug_offsets(const struct imgver *v)
 {
         return v->minor >= 13;
 }
 
-static bool pthread_tid(const struct ver *v)
+static bool pthread_tid(const struct imgver *v)
 {
         return v->major == 2 || v->minor < 11;
 }
 
-static bool chunked(const struct ver *v)
+static bool chunked(const struct imgver *v)
 {
         return v->major == 3 && v->minor >= 11;
 }
 
-static bool free_threaded(const struct ver *v)
+static bool free_threaded(const struct imgver *v)
 {
         return v->ft;
 }
 
-static bool tlbc(const struct ver *v)
+static bool tlbc(const struct imgver *v)
 {
         return v->ft && v->minor >= 14;
 }
 
-static bool base_frame(const struct ver *v)
+static bool base_frame(const struct imgver *v)
 {
         return v->minor >= 15;
 }
@@ -1857,7 +1699,7 @@ static bool base_frame(const struct ver *v)
 struct scenario {
         const char *name;
         CMUnitTestFunction fn;
-        bool (*applies)(const struct ver *v);
+        bool (*applies)(const struct imgver *v);
 };
 
 static const struct scenario scenarios[] = {
@@ -1894,25 +1736,24 @@ static const struct scenario scenarios[] = {
     {"names-fuzz", check_names_fuzz, any},
 };
 
-#define N_VERSIONS  (sizeof(versions) / sizeof(versions[0]))
 #define N_SCENARIOS (sizeof(scenarios) / sizeof(scenarios[0]))
 
 int main(void)
 {
-        static struct CMUnitTest tests[N_VERSIONS * N_SCENARIOS + 2];
-        static char names[N_VERSIONS * N_SCENARIOS][48];
+        static struct CMUnitTest tests[IMGVER_COUNT * N_SCENARIOS + 2];
+        static char names[IMGVER_COUNT * N_SCENARIOS][48];
         size_t n = 0;
         tests[n++] = (struct CMUnitTest)cmocka_unit_test(check_unsupported);
         tests[n++] = (struct CMUnitTest)cmocka_unit_test(check_tables);
         for (size_t s = 0; s < N_SCENARIOS; s++) {
-                for (size_t v = 0; v < N_VERSIONS; v++) {
-                        if (!scenarios[s].applies(&versions[v]))
+                for (size_t v = 0; v < IMGVER_COUNT; v++) {
+                        if (!scenarios[s].applies(&imgver_table[v]))
                                 continue;
-                        char *name = names[s * N_VERSIONS + v];
-                        snprintf(name, 48, "%s %s", scenarios[s].name, versions[v].name);
+                        char *name = names[s * IMGVER_COUNT + v];
+                        snprintf(name, 48, "%s %s", scenarios[s].name, imgver_table[v].name);
                         tests[n++] = (struct CMUnitTest){.name = name,
                                                          .test_func = scenarios[s].fn,
-                                                         .initial_state = (void *)&versions[v]};
+                                                         .initial_state = (void *)&imgver_table[v]};
                 }
         }
         return _cmocka_run_group_tests("pywalk_image", tests, n, NULL, NULL);
