@@ -42,7 +42,15 @@ static __always_inline int code_known(__u64 code, __u64 ident)
         return !set || bpfw_known_has(set, code, ident);
 }
 
+static __always_inline __u64 code_lasting(__u64 code)
+{
+        __u32 i = bpfw_known_index(code);
+        const struct bpfw_known_set *set = bpf_map_lookup_elem(&known, &i);
+        return set ? bpfw_known_lasting(set, code) : 0;
+}
+
 #define BPFW_CODE_KNOWN(code, ident) code_known((code), (ident))
+#define BPFW_CODE_LASTING(code)      code_lasting(code)
 #define BPFW_READ(dst, len, addr)    bpf_probe_read_user((dst), (len), (const void *)(addr))
 #define BPFW_INLINE                  static __always_inline
 #define BPFW_STEP_ATTR               static __noinline

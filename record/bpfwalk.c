@@ -21,6 +21,8 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "bpfmsg.h"
+
 #include "bpfwalk.skel.h"
 
 struct bpfwalk {
@@ -32,23 +34,6 @@ struct bpfwalk {
         unsigned ncpus;
         struct bpfw_known_set *known; /* what map `known` holds, BPFW_KNOWN_SETS */
 };
-
-static char libbpf_msg[256];
-
-__attribute__((format(printf, 2, 0))) static int libbpf_print(enum libbpf_print_level level,
-                                                              const char *fmt, va_list ap)
-{
-        if (level == LIBBPF_DEBUG)
-                return 0;
-        char line[256];
-        vsnprintf(line, sizeof(line), fmt, ap);
-        size_t n = strcspn(line, "\n");
-        if (n) {
-                line[n] = 0;
-                snprintf(libbpf_msg, sizeof(libbpf_msg), "%s", line);
-        }
-        return 0;
-}
 
 static int on_event(void *ctx, void *data, size_t size)
 {
@@ -107,8 +92,7 @@ int bpfwalk_open(double rate_hz, int64_t start_ns, struct bpfwalk **out, char *e
                 snprintf(err, errlen, "out of memory");
                 return -ENOMEM;
         }
-        libbpf_msg[0] = 0;
-        libbpf_set_print(libbpf_print);
+        bpfmsg_begin();
         int rc = 0;
         int ncpus = libbpf_num_possible_cpus();
         b->ncpus = ncpus > 0 ? (unsigned)ncpus : 1;
@@ -139,7 +123,7 @@ int bpfwalk_open(double rate_hz, int64_t start_ns, struct bpfwalk **out, char *e
                 /* EPERM: not allowed; anything else (EACCES, EINVAL, E2BIG): the kernel refused it.
                  */
                 snprintf(err, errlen, "cannot load the BPF sampler: %s%s%s (%s)", strerror(-rc),
-                         libbpf_msg[0] ? ": " : "", libbpf_msg,
+                         bpfmsg_sep(), bpfmsg_last(),
                          rc == -EPERM ? "run as root, or grant CAP_BPF and CAP_PERFMON"
                                       : "the kernel refused it: Linux 5.17 or later with BTF "
                                         "(/sys/kernel/btf/vmlinux) is needed");
@@ -155,7 +139,7 @@ int bpfwalk_open(double rate_hz, int64_t start_ns, struct bpfwalk **out, char *e
         if (!arm) {
                 rc = -errno;
                 snprintf(err, errlen, "cannot attach the BPF sampler's timer setup: %s%s%s",
-                         strerror(-rc), libbpf_msg[0] ? ": " : "", libbpf_msg);
+                         strerror(-rc), bpfmsg_sep(), bpfmsg_last());
                 goto fail;
         }
         unsigned armed = arm_cpus(b);
@@ -200,12 +184,13 @@ void bpfwalk_del_thread(struct bpfwalk *b, pid_t tid)
         bpf_map_delete_elem(bpf_map__fd(b->skel->maps.threads), &key);
 }
 
-int bpfwalk_known(struct bpfwalk *b, uint64_t code, uint64_t ident)
+int bpfwalk_known(struct bpfwalk *b, uint64_t code, uint64_t ident, bool lasting)
 {
         if (!b->known && !(b->known = calloc(BPFW_KNOWN_SETS, sizeof(*b->known))))
                 return -ENOMEM;
         uint32_t key = bpfw_known_index(code);
-        if (!bpfw_known_put(&b->known[key], code, ident))
+        if (!(ident ? bpfw_known_put(&b->known[key], code, ident, lasting)
+                    : bpfw_known_forget(&b->known[key], code)))
                 return 0;
         return bpf_map_update_elem(bpf_map__fd(b->skel->maps.known), &key, &b->known[key],
                                    BPF_ANY) < 0
@@ -299,9 +284,9 @@ void bpfwalk_del_thread(struct bpfwalk *b, pid_t tid)
         (void)b, (void)tid;
 }
 
-int bpfwalk_known(struct bpfwalk *b, uint64_t code, uint64_t ident)
+int bpfwalk_known(struct bpfwalk *b, uint64_t code, uint64_t ident, bool lasting)
 {
-        (void)b, (void)code, (void)ident;
+        (void)b, (void)code, (void)ident, (void)lasting;
         return -ENOTSUP;
 }
 

@@ -55,9 +55,12 @@ void bpfwalk_del_thread(struct bpfwalk *b, pid_t tid);
 /*
  * The code object at `code` (its f_code word without tag bits) has identity
  * `ident` and is decoded: the program need not wake us when it meets it
- * again. Returns 0 or a negative errno.
+ * again; `lasting` (a function's code): it may take the identity from the
+ * table without reading the object (we check the object once per batch).
+ * ident 0: forget `code` (its object is not the one of the entry any
+ * more). Returns 0 or a negative errno.
  */
-int bpfwalk_known(struct bpfwalk *b, uint64_t code, uint64_t ident);
+int bpfwalk_known(struct bpfwalk *b, uint64_t code, uint64_t ident, bool lasting);
 
 /*
  * Called for each event taken by bpfwalk_poll(); `len` bytes of it are

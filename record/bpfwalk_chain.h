@@ -28,6 +28,14 @@
 #ifndef BPFW_CODE_KNOWN
 #define BPFW_CODE_KNOWN(code, ident) 1
 #endif
+/*
+ * BPFW_CODE_LASTING(code): the identity of a code object the recorder has
+ * marked lasting (struct bpfw_known_set), taken without reading the
+ * object; 0 when none. None by default.
+ */
+#ifndef BPFW_CODE_LASTING
+#define BPFW_CODE_LASTING(code) 0
+#endif
 
 #ifndef BPFW_INLINE
 #define BPFW_INLINE static inline __attribute__((always_inline))
@@ -147,7 +155,7 @@ BPFW_STEP_ATTR int bpfw_step(__u32 i, void *ctx)
                                   : (__u64)(__s64)(__s32)bpfw_get32(buf, at + (__u32)L->fr_lasti);
         f->owner = L->fr_owner >= 0 ? bpfw_get8(buf, at + (__u32)L->fr_owner) : 0;
         f->entry = L->fr_is_entry >= 0 ? bpfw_get8(buf, at + (__u32)L->fr_is_entry) : 0;
-        f->pad[0] = f->pad[1] = 0;
+        f->fflags = f->pad = 0;
         f->tlbc = L->fr_tlbc_index >= 0 ? (__s32)bpfw_get32(buf, at + (__u32)L->fr_tlbc_index) : 0;
         c->addr = bpfw_get64(buf, at + (__u32)L->fr_back);
         /* The code object's identity now, while the frame holds it alive. */
@@ -156,6 +164,12 @@ BPFW_STEP_ATTR int bpfw_step(__u32 i, void *ctx)
         for (__u32 k = 0; k < BPFW_SEEN_CODES; k++)
                 if (code && c->seen_code[k] == code)
                         f->ident = c->seen_ident[k];
+        if (code && !f->ident && f->owner < L->owner_skip_from) {
+                /* A function's code the recorder vouches for: no read (it checks). */
+                f->ident = BPFW_CODE_LASTING(code);
+                if (f->ident)
+                        f->fflags |= BPFW_FR_TABLE_IDENT;
+        }
         __u32 cspan = L->co_span <= BPFW_FRAME_WINDOW ? L->co_span : BPFW_FRAME_WINDOW;
         /* (Entry frames carry no Python code; a code object that does not read: ident 0.) */
         if (code && !f->ident && f->owner < L->owner_skip_from &&

@@ -84,7 +84,8 @@ struct bpfw_frame {
         __u64 code; /* f_code / f_executable, as stored (tag bits included) */
         __u64 pos;  /* f_lasti (sign-extended int) or the instruction pointer */
         __u8 owner, entry;
-        __u8 pad[2];
+        __u8 fflags; /* BPFW_FR_* */
+        __u8 pad;
         __s32 tlbc;
         /*
          * The code object's identity when sampled (bpfw_ident() of its first
@@ -117,6 +118,15 @@ bpfw_ident(__u32 first_line, __u64 file, __u64 name, __u64 table, __u64 qualname
  * since: a module's body being imported, exec'd code) wakes the recorder
  * at once rather than at its next round, so that it reads the object while
  * it still exists: such objects are often freed milliseconds later.
+ *
+ * An entry marked `lasting` (a function's code, which lives as long as its
+ * module) is trusted: the walk takes its identity from the table rather
+ * than reading the object (a read per frame was most of the walk's time
+ * on a stack of different functions), and marks the frame
+ * (BPFW_FR_TABLE_IDENT); the recorder checks once per batch that the
+ * object at that address is still the one of the entry, and counts the
+ * frames of one that is not as code_gone (then forgets the entry, so the
+ * walk reads that address again), never decoding them as another object.
  */
 #define BPFW_KNOWN_SETS 32768 /* a power of two */
 /* A CPU wakes the recorder for new code at most once in this long. */
@@ -124,6 +134,8 @@ bpfw_ident(__u32 first_line, __u64 file, __u64 name, __u64 table, __u64 qualname
 
 struct bpfw_known_set {
         __u64 code[2], ident[2]; /* [0]: the most recently put */
+        __u8 lasting[2];
+        __u8 pad[6];
 };
 
 static inline __attribute__((always_inline)) __u32 bpfw_known_index(__u64 code)
@@ -139,23 +151,53 @@ static inline __attribute__((always_inline)) int bpfw_known_has(const struct bpf
                (set->code[1] == code && set->ident[1] == ident);
 }
 
+/* The identity of `code` when `set` holds it as lasting (trusted), else 0. */
+static inline __attribute__((always_inline)) __u64
+bpfw_known_lasting(const struct bpfw_known_set *set, __u64 code)
+{
+        if (set->code[0] == code && set->lasting[0])
+                return set->ident[0];
+        if (set->code[1] == code && set->lasting[1])
+                return set->ident[1];
+        return 0;
+}
+
 /*
  * Put `code` with `ident` into its set (the recorder's side): first, the
  * other entry kept second (the older one goes). Returns 1 when the set
  * changed (to be written to the map), 0 when it held that already.
  */
-static inline int bpfw_known_put(struct bpfw_known_set *set, __u64 code, __u64 ident)
+static inline int bpfw_known_put(struct bpfw_known_set *set, __u64 code, __u64 ident, int lasting)
 {
-        if (set->code[0] == code && set->ident[0] == ident)
+        if (set->code[0] == code && set->ident[0] == ident && set->lasting[0] == !!lasting)
                 return 0;
         if (set->code[0] != code) {
                 set->code[1] = set->code[0];
                 set->ident[1] = set->ident[0];
+                set->lasting[1] = set->lasting[0];
         }
         set->code[0] = code;
         set->ident[0] = ident;
+        set->lasting[0] = !!lasting;
         return 1;
 }
+
+/* Remove `code` from its set. Returns 1 when the set changed. */
+static inline int bpfw_known_forget(struct bpfw_known_set *set, __u64 code)
+{
+        int changed = 0;
+        for (int k = 0; k < 2; k++) {
+                if (set->code[k] == code) {
+                        set->code[k] = set->ident[k] = 0;
+                        set->lasting[k] = 0;
+                        changed = 1;
+                }
+        }
+        return changed;
+}
+
+/* struct bpfw_frame.fflags */
+#define BPFW_FR_TABLE_IDENT 0x1u /* ident from map `known` (a lasting entry), not read */
 
 /* struct bpfw_event.status */
 enum {

@@ -49,6 +49,8 @@ int capture_trigger_open(pid_t tid)
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "bpfmsg.h"
+
 #include "capture_shared.h"
 #include "capture.skel.h"
 
@@ -61,24 +63,6 @@ struct capture {
         uint64_t seq;
         uint64_t ns_dev, ns_ino;
 };
-
-/* libbpf's last complaint, for the message when loading fails. */
-static char libbpf_msg[256];
-
-__attribute__((format(printf, 2, 0))) static int libbpf_print(enum libbpf_print_level level,
-                                                              const char *fmt, va_list ap)
-{
-        if (level == LIBBPF_DEBUG)
-                return 0;
-        char line[256];
-        vsnprintf(line, sizeof(line), fmt, ap);
-        size_t n = strcspn(line, "\n");
-        if (n) {
-                line[n] = 0;
-                snprintf(libbpf_msg, sizeof(libbpf_msg), "%s", line);
-        }
-        return 0;
-}
 
 static void *map_block(struct bpf_map *m, size_t *len)
 {
@@ -102,8 +86,7 @@ int capture_open(struct capture **out, char *err, size_t errlen)
         }
         c->ns_dev = (uint64_t)ns.st_dev;
         c->ns_ino = (uint64_t)ns.st_ino;
-        libbpf_msg[0] = 0;
-        libbpf_set_print(libbpf_print);
+        bpfmsg_begin();
         int rc = 0;
         c->skel = capture_bpf__open_and_load();
         if (!c->skel) {
@@ -111,7 +94,7 @@ int capture_open(struct capture **out, char *err, size_t errlen)
                 snprintf(err, errlen,
                          "cannot load the BPF program: %s%s%s (needs root, or "
                          "CAP_BPF and CAP_PERFMON, and Linux 5.7 or later)",
-                         strerror(-rc), libbpf_msg[0] ? ": " : "", libbpf_msg);
+                         strerror(-rc), bpfmsg_sep(), bpfmsg_last());
                 goto fail;
         }
         /* The generic tracepoint where there is one, x86's IPI vector before Linux 6.2. */

@@ -1176,6 +1176,12 @@ static uint64_t code_ident(const struct code_entry *e)
                           e->ptr[P_TABLE], e->ptr[P_QUALNAME]);
 }
 
+bool pywalk_bpf_code_lasting(struct pywalk *w, uint64_t code, uint64_t ident)
+{
+        const struct code_entry *ce = code_lookup(w, code);
+        return ce && code_ident(ce) == ident && !ce->short_lived;
+}
+
 static int addr_cmp(const void *a, const void *b)
 {
         uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -1250,7 +1256,26 @@ static int bpf_frames(struct pywalk *w, const struct bpfw_event *e, uint32_t *de
                         return !fatal_read(rc) ? PYWALK_TORN : rc;
                 if (!f->ident)
                         return PYWALK_CODE_UNREAD; /* cannot tell it is the one sampled */
-                if (code_ident(ce) != f->ident) {
+                if (f->fflags & BPFW_FR_TABLE_IDENT) {
+                        /*
+                         * The identity is our table's, not read from the
+                         * object: this frame's object is the entry's only if
+                         * the object at its address still is (compared once a
+                         * batch, with the others pending, in one read). One
+                         * that is not: the frame may be of either, so it is
+                         * neither (and the caller makes the program forget
+                         * the entry).
+                         */
+                        if (code_ident(ce) != f->ident)
+                                return PYWALK_CODE_GONE;
+                        if (ce->checked_sample != w->sample_no &&
+                            ce->pending_sample != w->sample_no) {
+                                if (w->n_pending == MAX_STEPS)
+                                        return PYWALK_TORN;
+                                ce->pending_sample = w->sample_no;
+                                w->pending[w->n_pending++] = ce;
+                        }
+                } else if (code_ident(ce) != f->ident) {
                         /*
                          * An object this address held before (the event is
                          * older than the entry: the recorder reads events up
@@ -1324,6 +1349,16 @@ int pywalk_bpf_decode(struct pywalk *w, const struct bpfw_event *e, struct pywal
                 if (rc < 0 || !w->n_pending)
                         break;
                 rc = code_verify_pending(w);
+                if (rc == -ESRCH) {
+                        /*
+                         * The process has exited: what the table vouched for
+                         * was checked a batch ago, and is taken as it was (the
+                         * last events of a process still decode).
+                         */
+                        for (size_t i = 0; i < w->n_pending; i++)
+                                w->pending[i]->checked_sample = w->sample_no;
+                        rc = 0;
+                }
                 if (rc <= 0)
                         break;
                 if (pass == 1) {

@@ -233,6 +233,13 @@ int pywalk_bpf_proc(struct pywalk *w, struct bpfw_proc *out, char *err, size_t e
  * do not make a stack, or a negative errno that ends the batch (-ESRCH).
  */
 void pywalk_bpf_begin(struct pywalk *w);
+/*
+ * Whether the code object at `code` with identity `ident` is cached and
+ * lives long (a function's: not a module body's, not code compiled at run
+ * time), so that the program may take its identity from its table
+ * (bpfwalk_known()).
+ */
+bool pywalk_bpf_code_lasting(struct pywalk *w, uint64_t code, uint64_t ident);
 int pywalk_bpf_decode(struct pywalk *w, const struct bpfw_event *e, struct pywalk_thread *th);
 void pywalk_bpf_end(struct pywalk *w);
 

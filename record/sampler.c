@@ -1823,12 +1823,22 @@ int sampler_bpf_event(struct sampler *s, const struct bpfw_event *e)
         if (!m && th.status == 0) {
                 /*
                  * Every code object of the chain is decoded and cached now:
-                 * the program need not wake us for them again.
+                 * the program need not wake us for them again, nor read
+                 * those that live long (functions' code: we check them).
                  */
+                for (uint32_t i = 0; i < e->depth; i++) {
+                        const struct bpfw_frame *f = &e->frames[i];
+                        uint64_t code = f->code & s->bpf_code_mask;
+                        if (f->ident)
+                                bpfwalk_known(s->bpf, code, f->ident,
+                                              pywalk_bpf_code_lasting(s->walk, code, f->ident));
+                }
+        } else if (!m && th.status == PYWALK_CODE_GONE) {
+                /* An entry the program trusted may be stale: it reads those objects again. */
                 for (uint32_t i = 0; i < e->depth; i++)
-                        if (e->frames[i].ident)
-                                bpfwalk_known(s->bpf, e->frames[i].code & s->bpf_code_mask,
-                                              e->frames[i].ident);
+                        if (e->frames[i].fflags & BPFW_FR_TABLE_IDENT)
+                                bpfwalk_known(s->bpf, e->frames[i].code & s->bpf_code_mask, 0,
+                                              false);
         }
         rc = sample_thread_as(s, &th, &stack, m != NULL);
         if (rc >= 0 && memo && !m && th.status == 0 && s->st.samples != samples)

@@ -67,8 +67,14 @@ static int bpfw_test_known(uint64_t code, uint64_t ident)
         return !bpfw_known || bpfw_known_has(&bpfw_known[bpfw_known_index(code)], code, ident);
 }
 
+static uint64_t bpfw_test_lasting(uint64_t code)
+{
+        return bpfw_known ? bpfw_known_lasting(&bpfw_known[bpfw_known_index(code)], code) : 0;
+}
+
 #define BPFW_READ(dst, len, addr)    bpfw_test_read((dst), (len), (addr))
 #define BPFW_CODE_KNOWN(code, ident) bpfw_test_known((code), (ident))
+#define BPFW_CODE_LASTING(code)      bpfw_test_lasting(code)
 #include "bpfwalk_chain.h"
 
 /* ---- code objects ---- */
@@ -374,7 +380,7 @@ static void expect_raw_frames(struct fx *f, int t)
                 if (L->fr_tlbc_index >= 0)
                         memcpy(&tlbc, img_at(f->p.img, a + (uint64_t)L->fr_tlbc_index, 4), 4);
                 assert_int_equal(fr->tlbc, tlbc);
-                assert_int_equal(fr->pad[0] | fr->pad[1], 0);
+                assert_int_equal(fr->fflags | fr->pad, 0);
         }
 }
 
@@ -995,12 +1001,13 @@ static void check_gone(void **state)
 /* Put every code object of f->e into the table, as the recorder does once it decoded them. */
 static void fx_know(struct fx *f)
 {
-        for (uint32_t i = 0; i < f->e->depth; i++)
-                if (f->e->frames[i].ident)
-                        bpfw_known_put(&bpfw_known[bpfw_known_index(f->e->frames[i].code &
-                                                                    f->proc.L.fr_code_mask)],
-                                       f->e->frames[i].code & f->proc.L.fr_code_mask,
-                                       f->e->frames[i].ident);
+        for (uint32_t i = 0; i < f->e->depth; i++) {
+                uint64_t code = f->e->frames[i].code & f->proc.L.fr_code_mask;
+                uint64_t ident = f->e->frames[i].ident;
+                if (ident)
+                        bpfw_known_put(&bpfw_known[bpfw_known_index(code)], code, ident,
+                                       pywalk_bpf_code_lasting(f->w, code, ident));
+        }
 }
 
 /*
@@ -1017,12 +1024,17 @@ static void check_known(void **state)
         const struct pylayout *L = &p->L;
         uint64_t mod = mkcode(p, "<module>", "<module>", "/app/mod.py", 1, 20, 0);
         uint64_t body = mkcode(p, "<module>", "<module>", "/app/imported.py", 1, 20, 0);
-        uint64_t rec = mkcode(p, "rec", "rec", "/app/rec.py", 30, 20, 0);
+        uint64_t fn[6];
         int t = pyimg_add_thread(p, p->interps[0], -1);
         pyimg_push(p, t, PYIMG_FRAME, mod, 3);
         pyimg_push(p, t, PYIMG_FRAME, body, 5);
-        for (int i = 0; i < 6; i++)
-                pyimg_push(p, t, PYIMG_FRAME, rec, 7);
+        for (int i = 0; i < 6; i++) {
+                char name[8];
+                snprintf(name, sizeof(name), "f%d", i);
+                fn[i] = mkcode(p, name, name, "/app/fns.py", 30 + 10 * i, 20, 0);
+                pyimg_push(p, t, PYIMG_FRAME, fn[i], 7);
+        }
+        uint64_t leaf = fn[5];
         fx_open(f);
         fx_sample(f, 0);
         bpfw_known = calloc(BPFW_KNOWN_SETS, sizeof(*bpfw_known));
@@ -1041,9 +1053,51 @@ static void check_known(void **state)
         fx_walk(f, p->th[t].tstate, p->th[t].pthread);
         assert_true(f->e->flags & BPFW_F_NEW_CODE);
         assert_int_equal(fx_decode(f), 0);
+        struct bpfw_known_set *all = bpfw_known;
+        bpfw_known = NULL; /* every object read */
+        fx_walk(f, p->th[t].tstate, p->th[t].pthread);
+        unsigned reads_all = bpfw_reads;
+        bpfw_known = all;
         fx_know(f);
         fx_walk(f, p->th[t].tstate, p->th[t].pthread);
         assert_false(f->e->flags & BPFW_F_NEW_CODE);
+        /*
+         * The functions' code is lasting: its identity is the table's, with
+         * no read of the object (the module bodies' are read each time).
+         */
+        unsigned table = 0;
+        for (uint32_t i = 0; i < f->e->depth; i++) {
+                const struct bpfw_frame *fr = &f->e->frames[i];
+                uint64_t code = fr->code & f->proc.L.fr_code_mask;
+                bool lasting = false;
+                for (int k = 0; k < 6; k++)
+                        lasting |= code == fn[k];
+                assert_int_equal(!!(fr->fflags & BPFW_FR_TABLE_IDENT), lasting);
+                table += lasting;
+        }
+        assert_int_equal(table, 6);
+        assert_int_equal(reads_all - bpfw_reads, 6);
+        assert_int_equal(fx_decode(f), 0);
+        assert_int_equal(f->got->depth, 8);
+        assert_string_equal(f->got->f[0].name, "f5");
+        /*
+         * The function's code freed and another built at its address: the
+         * table still vouches for the old one, and the recorder, checking
+         * the object, decodes those frames as neither.
+         */
+        uint64_t other = pyimg_str(p, "other", PYIMG_STR_AUTO);
+        img_u64(p->img, leaf + (uint64_t)L->co_name, other);
+        pyimg_sync(p);
+        fx_walk(f, p->th[t].tstate, p->th[t].pthread);
+        assert_true(f->e->frames[0].fflags & BPFW_FR_TABLE_IDENT);
+        assert_int_equal(fx_decode(f), PYWALK_CODE_GONE);
+        /* Forgotten (as the recorder does then): read again, new, decoded as it is. */
+        assert_int_equal(bpfw_known_forget(&bpfw_known[bpfw_known_index(leaf)], leaf), 1);
+        fx_walk(f, p->th[t].tstate, p->th[t].pthread);
+        assert_false(f->e->frames[0].fflags & BPFW_FR_TABLE_IDENT);
+        assert_true(f->e->flags & BPFW_F_NEW_CODE);
+        assert_int_equal(fx_decode(f), 0);
+        assert_string_equal(f->got->f[0].name, "other");
         free(bpfw_known);
         bpfw_known = NULL;
         /* Three addresses of one set: the first put goes when the third comes. */
@@ -1052,18 +1106,30 @@ static void check_known(void **state)
                 b += 16;
         for (c = b + 16; bpfw_known_index(c) != bpfw_known_index(a);)
                 c += 16;
-        struct bpfw_known_set set = {{0, 0}, {0, 0}};
-        assert_int_equal(bpfw_known_put(&set, a, 1), 1);
-        assert_int_equal(bpfw_known_put(&set, a, 1), 0);
-        assert_int_equal(bpfw_known_put(&set, b, 2), 1);
+        struct bpfw_known_set set;
+        memset(&set, 0, sizeof(set));
+        assert_int_equal(bpfw_known_put(&set, a, 1, 0), 1);
+        assert_int_equal(bpfw_known_put(&set, a, 1, 0), 0);
+        assert_int_equal(bpfw_known_lasting(&set, a), 0);
+        assert_int_equal(bpfw_known_put(&set, a, 1, 1), 1); /* now lasting */
+        assert_int_equal(bpfw_known_lasting(&set, a), 1);
+        assert_int_equal(bpfw_known_put(&set, b, 2, 0), 1);
         assert_true(bpfw_known_has(&set, a, 1) && bpfw_known_has(&set, b, 2));
+        assert_int_equal(bpfw_known_lasting(&set, a), 1); /* kept with its entry */
         assert_false(bpfw_known_has(&set, a, 2));
-        assert_int_equal(bpfw_known_put(&set, c, 3), 1);
+        assert_int_equal(bpfw_known_put(&set, c, 3, 1), 1);
         assert_false(bpfw_known_has(&set, a, 1));
+        assert_int_equal(bpfw_known_lasting(&set, a), 0);
         assert_true(bpfw_known_has(&set, b, 2) && bpfw_known_has(&set, c, 3));
-        assert_int_equal(bpfw_known_put(&set, b, 4), 1); /* b's object changed */
+        assert_int_equal(bpfw_known_put(&set, b, 4, 0), 1); /* b's object changed */
         assert_true(bpfw_known_has(&set, b, 4) && bpfw_known_has(&set, c, 3));
         assert_false(bpfw_known_has(&set, b, 2));
+        assert_int_equal(bpfw_known_lasting(&set, c), 3);
+        assert_int_equal(bpfw_known_forget(&set, c), 1);
+        assert_int_equal(bpfw_known_forget(&set, c), 0);
+        assert_false(bpfw_known_has(&set, c, 3));
+        assert_int_equal(bpfw_known_lasting(&set, c), 0);
+        assert_true(bpfw_known_has(&set, b, 4));
         print_message("%-6s known      new code flagged, known code not\n", f->v->name);
 }
 
