@@ -19,9 +19,13 @@ default mode in the same run (a program that prints numbers, not a test).
    period; --bpf the threads on a CPU at their CPU's instant: with 8
    threads and the GIL, about one per CPU at a time, so the columns per
    second are printed too.
+   Then the callbacks that find nothing to sample (--bpf recording a
+   sleeping process): their time per fire.
 2. The workload's slowdown by alternation (bench/recordbench.py's method:
    one workload, the recorder attached and detached in turn), each mode at
-   100 Hz and 1 kHz, with a sham (no recorder) for the noise floor.
+   100 Hz and 1 kHz, with a sham (no recorder) for the noise floor, and
+   bpf-timers: --bpf recording a sleeping decoy, so that its timers fire on
+   the workload's CPU with nothing to walk there (the interrupts' share).
 
 The workload runs on CPU 0, the recorder on CPU 1 (taskset); the in-kernel
 sampler's timers run on every CPU. Needs root (BPF). Usage:
@@ -108,6 +112,34 @@ def cost(args, py, tmp):
     return rows
 
 
+def timers_alone(args, py, tmp):
+    """The in-kernel sampler's cost when its timers find nothing to sample: --bpf
+    recording a sleeping process, with a busy one (not recorded) on CPU 0."""
+    print("\n## Timer callbacks with nothing to sample (%s), medians of %d recordings of %gs"
+          % (py, args.repeat, args.secs))
+    print("%5s %8s %12s %14s" % ("rate", "fires", "bpf us/fire", "bpf ms/s, all"))
+    w = start(py, 30, 1)
+    decoy = subprocess.Popen(recordbench.pin(1) + [py, "-c", "import time; time.sleep(1e6)"])
+    time.sleep(0.5)
+    try:
+        for rate in (100, 1000):
+            runs = []
+            for _ in range(args.repeat):
+                inf = record(args, decoy.pid, rate, "bpf", os.path.join(tmp, "idle.db"))
+                fires = recordbench.meta_int(inf, "bpf_timer_fires") or 0
+                run = recordbench.meta_int(inf, "bpf_run_ns") or 0
+                if fires:
+                    runs.append((fires, run / fires / 1e3, run / (inf["duration_ns"] / 1e9) / 1e6))
+            if runs:
+                med = [statistics.median(r[i] for r in runs) for i in range(3)]
+                print("%5d %8d %12.3f %14.3f" % (rate, med[0], med[1], med[2]))
+                sys.stdout.flush()
+    finally:
+        for p in (w, decoy):
+            p.kill()
+            p.wait()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--record", required=True)
@@ -131,9 +163,15 @@ def main():
     tmp = tempfile.mkdtemp(prefix="bpfbench-")
     if "cost" not in skip:
         cost(args, args.python, tmp)
+    if "cost" not in skip:
+        timers_alone(args, args.python, tmp)
     if "onoff" not in skip:
         recordbench.MODE_FLAGS["bpf"] = ["--bpf"]
-        args.modes = ["nonblocking", "bpf"]
+        recordbench.MODE_FLAGS["bpf-timers"] = ["--bpf"]
+        args.modes = ["nonblocking", "bpf", "bpf-timers"]
+        print("\n(bpf-timers: --bpf recording a sleeping decoy process, not the workload: its")
+        print("timers fire on the workload's CPU as well and find nothing to walk there; the")
+        print("slowdown of the timer interrupts alone, without the walk)")
         recordbench.onoff(args, args.python, tmp)
 
 

@@ -223,6 +223,13 @@ def onoff(args, py, tmp):
     th = threading.Thread(target=reader)
     th.daemon = True
     th.start()
+    # "bpf-timers": --bpf recording a decoy (a sleeping Python on CPU 1) in place of the
+    # workload: the timers fire on every CPU, the workload's too, and find nothing to
+    # walk there. The slowdown of the timer interrupts alone.
+    decoy = None
+    if "bpf-timers" in args.modes:
+        decoy = subprocess.Popen(pin(1) + [py, "-c", "import time; time.sleep(1e6)"])
+        time.sleep(0.5)
     time.sleep(args.off_secs)
 
     def rate(t0, t1):
@@ -240,7 +247,8 @@ def onoff(args, py, tmp):
             for _ in range(args.cycles):
                 before0 = time.monotonic() - args.off_secs + 0.2
                 before1 = time.monotonic()
-                cmd = pin(1) + [args.record, "-q", "-f", "-o", db, "-p", str(w.pid), "-r",
+                target = decoy.pid if mode == "bpf-timers" else w.pid
+                cmd = pin(1) + [args.record, "-q", "-f", "-o", db, "-p", str(target), "-r",
                                 str(rate_hz), "-d", str(args.on_secs)] + MODE_FLAGS.get(mode, [])
                 if not rate_hz:
                     cmd = pin(1) + ["sleep", str(args.on_secs)]
@@ -267,6 +275,9 @@ def onoff(args, py, tmp):
     finally:
         w.kill()
         w.wait()
+        if decoy:
+            decoy.kill()
+            decoy.wait()
 
 
 def stalls(args, secs, tolerance_ns):
