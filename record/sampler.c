@@ -198,9 +198,10 @@ struct sampler {
         } * last;
         size_t n_last, cap_last;
         int64_t hold_from, hold_until;
-        int64_t horizon; /* sampler_set_horizon() */
-        int64_t took_at; /* the instant sampler_hold_over() last wrote */
-        int walk_rc;     /* sampler_tick_read()'s walk, for sampler_tick_finish() */
+        int64_t horizon;   /* sampler_set_horizon() */
+        int64_t took_at;   /* the instant sampler_hold_over() last wrote */
+        int64_t hold_last; /* the latest instant a sample of the hold was written at */
+        int walk_rc;       /* sampler_tick_read()'s walk, for sampler_tick_finish() */
 
         /* --async: asyncio tasks (pytasks.c) sampled beside the threads. */
         bool async;
@@ -1517,6 +1518,14 @@ void sampler_hold_over(struct sampler *s, int64_t t_ns)
          */
         if (t_ns < s->hold_from)
                 t_ns = s->hold_from;
+        /*
+         * Never at the instant of another sample of the hold (the pass's
+         * own, at hold_from, or one clamped before): a thread has one sample
+         * per instant. A nanosecond later says the same.
+         */
+        if (t_ns <= s->hold_last)
+                t_ns = s->hold_last + 1;
+        s->hold_last = t_ns;
         for (size_t i = 0; i < s->n_last; i++) {
                 tsink_sample(s->k, s->last[i].ref, t_ns, s->last[i].stack, s->last[i].state);
                 if (s->last[i].task) {
@@ -1556,6 +1565,7 @@ void sampler_tick_read(struct sampler *s)
         s->held_frames.len = 0;
         s->n_last = 0;
         s->hold_from = t_ns;
+        s->hold_last = t_ns;
         s->hold_until = 0;
         s->n_tick_stacks = 0;
         s->tick_frames.len = 0;
