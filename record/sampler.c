@@ -1804,10 +1804,6 @@ int sampler_bpf_event(struct sampler *s, const struct bpfw_event *e)
                  * object the cache did not know cannot be read any more.
                  */
                 s->st.read_errors++;
-                if (getenv("PF_DEBUG"))
-                        fprintf(stderr, "DBG gone rc %d flags %x depth %u age_us %lld\n", rc,
-                                e->flags, e->depth,
-                                (long long)(pf_now_mono_ns() - (int64_t)e->time_ns) / 1000);
                 if (s->k)
                         tsink_error(s->k, s->pid, TRACE_ERROR_CODE_GONE, 1);
                 return 0;
@@ -1830,11 +1826,13 @@ int sampler_bpf_event(struct sampler *s, const struct bpfw_event *e)
                 tsink_error(s->k, s->pid, TRACE_ERROR_TRUNCATED, 1);
         uint32_t stack = m ? m->stack : TRACE_STACK_EMPTY;
         uint64_t samples = s->st.samples;
-        if (!m && th.status == 0) {
+        if (!m && th.status == 0 && (e->flags & BPFW_F_NEW_CODE)) {
                 /*
                  * Every code object of the chain is decoded and cached now:
                  * the program need not wake us for them again, nor read
                  * those that live long (functions' code: we check them).
+                 * (Without the flag, the walk found all of them in its
+                 * table already: nothing to tell.)
                  */
                 for (uint32_t i = 0; i < e->depth; i++) {
                         const struct bpfw_frame *f = &e->frames[i];
