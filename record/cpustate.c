@@ -26,6 +26,7 @@
 
 #include <errno.h>
 #include <linux/perf_event.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,7 +143,8 @@ struct cpustate *cpustate_open(pid_t tid)
         return c;
 }
 
-int cpustate_read(const struct cpustate *c)
+/* The newest record's verdict: see cpustate_read(); `on_cpu`: cpustate_on_cpu(). */
+static int newest(const struct cpustate *c, bool on_cpu)
 {
         for (int i = 0; i < READ_TRIES; i++) {
                 uint64_t head = __atomic_load_n(&c->meta->data_head, __ATOMIC_ACQUIRE);
@@ -160,7 +162,7 @@ int cpustate_read(const struct cpustate *c)
                 case PERF_RECORD_SWITCH:
                         if (!(h.misc & PERF_RECORD_MISC_SWITCH_OUT))
                                 return 1;
-                        return (h.misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT) != 0;
+                        return !on_cpu && (h.misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT) != 0;
                 case PERF_RECORD_FORK:
                         /* Written by the thread itself while it ran, after its last switch in. */
                         return 1;
@@ -170,6 +172,16 @@ int cpustate_read(const struct cpustate *c)
                 }
         }
         return -1;
+}
+
+int cpustate_read(const struct cpustate *c)
+{
+        return newest(c, false);
+}
+
+int cpustate_on_cpu(const struct cpustate *c)
+{
+        return newest(c, true);
 }
 
 uint64_t cpustate_head(const struct cpustate *c)

@@ -53,6 +53,12 @@ struct cpustate *cpustate_open(pid_t tid);
 int cpustate_read(const struct cpustate *c);
 
 /*
+ * Like cpustate_read(), but 1 only when the thread is on a CPU (switched in
+ * last), 0 when it is switched out for any reason, runnable included.
+ */
+int cpustate_on_cpu(const struct cpustate *c);
+
+/*
  * Where the ring stands: it changes with every record written. A thread
  * whose ring still stands where it stood when it was let go out of a
  * ptrace stop has not run since (sampler.c, --blocking).

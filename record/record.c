@@ -1183,10 +1183,9 @@ static void hold_over(struct recording *r, struct schedule *sch, int64_t pass_st
 
 /*
  * One sample of every process but those that took this slot's already
- * (hold_over): all asked to stop, then each read once stopped, then all let
- * go, then written (sampler_tick_stop). A process found gone is removed once
- * none is held.
- * Returns 0, or a fatal -errno with its message in err.
+ * (hold_over): all prepared, then all asked to stop, then each read once
+ * stopped, then all let go, then written (sampler_tick_prepare). A process found gone is removed
+ * once none is held. Returns 0, or a fatal -errno with its message in err.
  */
 static int pass(struct recording *r, int64_t slot_due, char *err, size_t errlen, int64_t now)
 {
@@ -1198,21 +1197,41 @@ static int pass(struct recording *r, int64_t slot_due, char *err, size_t errlen,
                 r->ticked[i] = false;
                 if (sampler_took(r->samplers[i], slot_due) || n_gone == MAX_GONE || rc < 0)
                         continue;
-                int hrc = sampler_tick_stop(r->samplers[i], pf_now_mono_ns(), err, errlen);
+                int hrc = sampler_tick_prepare(r->samplers[i], err, errlen);
                 if (hrc == -ESRCH)
                         gone[n_gone++] = r->samplers[i];
                 else if (hrc < 0)
-                        rc = hrc; /* let the others go first */
+                        rc = hrc;
                 else
                         r->ticked[i] = true;
         }
+        /*
+         * The instant of the pass: every process asked at once, those not on
+         * a CPU first (stopper_prepare()). After a failure the others are
+         * still asked, then let go first (the first message is kept).
+         */
+        const int64_t t_ns = pf_now_mono_ns();
+        char msg[512];
+        for (int on_cpu = 0; on_cpu < 2; on_cpu++)
+                for (size_t i = 0; i < r->n_samplers; i++) {
+                        if (!r->ticked[i])
+                                continue;
+                        int hrc =
+                            sampler_tick_stop(r->samplers[i], t_ns, on_cpu, rc < 0 ? msg : err,
+                                              rc < 0 ? sizeof(msg) : errlen);
+                        if (hrc < 0)
+                                r->ticked[i] = false; /* nothing of it held */
+                        if (hrc == -ESRCH && n_gone < MAX_GONE)
+                                gone[n_gone++] = r->samplers[i];
+                        else if (hrc < 0 && hrc != -ESRCH && rc == 0)
+                                rc = hrc;
+                }
         for (size_t i = 0; i < r->n_samplers; i++)
                 if (r->ticked[i])
                         sampler_tick_read(r->samplers[i]);
         for (size_t i = 0; i < r->n_samplers; i++)
                 if (r->ticked[i])
                         sampler_release(r->samplers[i]);
-        char msg[512];
         for (size_t i = 0; i < r->n_samplers; i++) {
                 if (!r->ticked[i])
                         continue;

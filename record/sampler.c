@@ -1537,15 +1537,28 @@ void sampler_hold_over(struct sampler *s, int64_t t_ns)
         }
 }
 
-int sampler_tick_stop(struct sampler *s, int64_t t_ns, char *err, size_t errlen)
+int sampler_tick_prepare(struct sampler *s, char *err, size_t errlen)
 {
         s->tick++;
-        s->tick_ns = t_ns;
         s->st.ticks++;
         if (!s->blocking)
                 return 0;
         states_before_stop(s);
-        return stopper_request(&s->stop, s->pid, err, errlen);
+        int rc = stopper_prepare(&s->stop, s->pid, err, errlen);
+        for (size_t i = 0; rc == 0 && i < s->n_threads; i++) {
+                const struct sthread *t = &s->threads[i];
+                if (t->cs && t->host_tid > 0 && cpustate_on_cpu(t->cs) == 0)
+                        stopper_set_on_cpu(&s->stop, t->host_tid, false);
+        }
+        return rc;
+}
+
+int sampler_tick_stop(struct sampler *s, int64_t t_ns, bool on_cpu, char *err, size_t errlen)
+{
+        s->tick_ns = t_ns;
+        if (!s->blocking)
+                return 0;
+        return stopper_request(&s->stop, on_cpu, err, errlen);
 }
 
 void sampler_tick_read(struct sampler *s)

@@ -7,8 +7,8 @@
  * thread ids, the /proc file that tells whether a thread is on CPU) and the
  * caches that turn a walked stack into a trace stack id without touching the
  * trace's own tables on the hot path. pyflame-record drives one sampler per
- * recorded process and takes its samples on its schedule, in the four steps
- * of sampler_tick_stop().
+ * recorded process and takes its samples on its schedule, in the steps of
+ * sampler_tick_prepare().
  */
 #ifndef PYFLAME_SAMPLER_H
 #define PYFLAME_SAMPLER_H
@@ -104,29 +104,35 @@ struct sources;
 void sampler_set_sources(struct sampler *s, struct sources *src, int handle);
 
 /*
- * One sample of every thread, in four steps, so that a pass over several
- * processes holds them all together with --blocking: ask the running
- * threads to stop, at monotonic time `t_ns` (sampler_tick_stop); once every
- * process of the pass was asked, wait for the stops and read
- * (sampler_tick_read); once all are read, let them go (sampler_release);
- * then write what was read (sampler_tick_finish). Asked, held or let go one
- * process after the other, the instants after one's release were sampled
- * only after the pass, each program right where it resumed (the deadline
- * of the function it was held in had passed, and it had just moved on), and
- * a third to a half of the slots were missed: two processes busy 70/30 at
- * 1 kHz came out 2.8-3.6 points low on a loaded 2-CPU machine
- * (bench/accuracy.py --cases twoproc --modes blocking --rates 1000).
- * Without --blocking only the read and the finish do anything.
+ * One sample of every thread, in steps, so that a pass over several
+ * processes holds them all together with --blocking: list the threads and
+ * read their states (sampler_tick_prepare); ask the running threads to
+ * stop, at monotonic time `t_ns`, those not on a CPU first (on_cpu false)
+ * and the others after (true) (sampler_tick_stop; see stopper_prepare() for
+ * why every process of the pass is prepared before any is asked, and in
+ * this order); once every process of the pass was asked, wait for the
+ * stops and read (sampler_tick_read); once all are read, let them go
+ * (sampler_release); then write what was read (sampler_tick_finish). Asked,
+ * held or let go one process after the other, the instants after one's
+ * release were sampled only after the pass, each program right where it
+ * resumed (the deadline of the function it was held in had passed, and it
+ * had just moved on), and a third to a half of the slots were missed: two
+ * processes busy 70/30 at 1 kHz came out 2.8-3.6 points low on a loaded
+ * 2-CPU machine (bench/accuracy.py --cases twoproc --modes blocking --rates
+ * 1000). Without --blocking only the instant, the read and the finish do
+ * anything.
  *
- * sampler_tick_stop() returns 0, or -ESRCH (the process has gone), -EPERM
- * (--blocking without ptrace permission) or another -errno, with nothing
- * held and the message in err; the other three steps follow only a 0.
+ * sampler_tick_prepare() and sampler_tick_stop() return 0, or -ESRCH (the
+ * process has gone), -EPERM (--blocking without ptrace permission) or
+ * another -errno, with nothing held and the message in err; the other steps
+ * follow only a 0.
  * sampler_tick_finish() returns 0, or -ESRCH when the process has gone (the
  * caller finishes it), -EIO when the trace could not be written, -ENOMEM;
  * message in err. A thread that cannot be read is counted in the trace,
  * not returned.
  */
-int sampler_tick_stop(struct sampler *s, int64_t t_ns, char *err, size_t errlen);
+int sampler_tick_prepare(struct sampler *s, char *err, size_t errlen);
+int sampler_tick_stop(struct sampler *s, int64_t t_ns, bool on_cpu, char *err, size_t errlen);
 void sampler_tick_read(struct sampler *s);
 void sampler_release(struct sampler *s);
 int sampler_tick_finish(struct sampler *s, char *err, size_t errlen);

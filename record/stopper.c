@@ -174,7 +174,7 @@ static bool is_running(int state)
         return state == 'R' || state < 0; /* unknown: hold it, to be safe */
 }
 
-int stopper_request(struct stopper *s, pid_t pid, char *err, size_t errlen)
+int stopper_prepare(struct stopper *s, pid_t pid, char *err, size_t errlen)
 {
         if (s->holding)
                 stopper_resume(s); /* never two holds of one stopper at once */
@@ -202,6 +202,7 @@ int stopper_request(struct stopper *s, pid_t pid, char *err, size_t errlen)
                 t->held = 0;
                 t->was_held = 0;
                 t->in_syscall = -1;
+                t->on_cpu = -1;
                 if (t->stat_fd < 0)
                         t->stat_fd = procfs_thread_open(pid, t->tid);
                 t->state = t->stat_fd >= 0 ? procfs_thread_state(t->stat_fd) : -1;
@@ -218,7 +219,18 @@ int stopper_request(struct stopper *s, pid_t pid, char *err, size_t errlen)
                 s->threads[kept++] = s->threads[i];
         }
         s->n = kept;
+        return 0;
+}
 
+void stopper_set_on_cpu(struct stopper *s, pid_t tid, bool on_cpu)
+{
+        for (size_t i = 0; i < s->n; i++)
+                if (s->threads[i].tid == tid)
+                        s->threads[i].on_cpu = on_cpu;
+}
+
+int stopper_request(struct stopper *s, bool on_cpu, char *err, size_t errlen)
+{
         sigset_t chld, old;
         sigemptyset(&chld);
         sigaddset(&chld, SIGCHLD);
@@ -226,7 +238,7 @@ int stopper_request(struct stopper *s, pid_t pid, char *err, size_t errlen)
         int rc = 0;
         for (size_t i = 0; i < s->n; i++) {
                 struct stopper_thread *t = &s->threads[i];
-                if (!is_running(t->state))
+                if (!is_running(t->state) || (t->on_cpu != 0) != on_cpu)
                         continue;
                 if (ptrace(PTRACE_SEIZE, t->tid, NULL, NULL) < 0) {
                         /* Exited meanwhile, or exiting (EPERM once it has begun). */
@@ -239,7 +251,7 @@ int stopper_request(struct stopper *s, pid_t pid, char *err, size_t errlen)
                                          "denied (--blocking needs root or CAP_SYS_PTRACE; "
                                          "check kernel.yama.ptrace_scope; in Docker use "
                                          "--cap-add SYS_PTRACE; or drop --blocking)",
-                                         (int)t->tid, (int)pid);
+                                         (int)t->tid, (int)s->pid);
                         else
                                 snprintf(err, errlen, "cannot ptrace thread %d: %s", (int)t->tid,
                                          strerror(errno));
@@ -296,7 +308,11 @@ void stopper_wait(struct stopper *s)
 
 int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen)
 {
-        int rc = stopper_request(s, pid, err, errlen);
+        int rc = stopper_prepare(s, pid, err, errlen);
+        if (rc == 0)
+                rc = stopper_request(s, false, err, errlen);
+        if (rc == 0)
+                rc = stopper_request(s, true, err, errlen);
         if (rc == 0)
                 stopper_wait(s);
         return rc;

@@ -9,8 +9,9 @@
  *     ring yet: -1;
  *   - spinning: 1, both with the target alone on its CPU (the newest record
  *     is its switch in) and sharing this thread's CPU (whenever we run, the
- *     target's newest record is a switch out by preemption);
- *   - blocked again: 0, as soon as /proc shows it off CPU;
+ *     target's newest record is a switch out by preemption); and
+ *     cpustate_on_cpu() tells the two apart: 1 seen alone, always 0 shared;
+ *   - blocked again: 0 (both), as soon as /proc shows it off CPU;
  *   - exited: -1 (the ring must not keep saying "running" after the end).
  * When perf events are not allowed here (EACCES, EPERM, ENOSYS, ENOENT,
  * EOPNOTSUPP) the tests are skipped with a message.
@@ -240,7 +241,10 @@ static void pin(pid_t tid, int cpu)
         assert_int_equal(sched_setaffinity(tid, sizeof(set), &set), 0);
 }
 
-/* Spin for STEADY_NS while checking both sources agree that the target runs. */
+/*
+ * Spin for STEADY_NS while checking both sources agree that the target runs.
+ * my_cpu >= 0: it shares our CPU, so it is never on one while we look.
+ */
 static void check_spinning(const struct target *t, const struct cpustate *c, int my_cpu)
 {
         int64_t end = now_ns() + STEADY_NS;
@@ -249,10 +253,24 @@ static void check_spinning(const struct target *t, const struct cpustate *c, int
                 if (my_cpu >= 0)
                         assert_int_equal(sched_getcpu(), my_cpu);
                 assert_int_equal(cpustate_read(c), 1);
+                if (my_cpu >= 0)
+                        assert_int_equal(cpustate_on_cpu(c), 0);
                 assert_int_equal(procfs_thread_state(t->proc_fd), 'R');
                 reads++;
         }
         assert_true(reads > 0);
+}
+
+/* Alone on a CPU, the target is seen on it (it may be preempted now and then). */
+static void wait_on_cpu(const struct cpustate *c)
+{
+        int64_t deadline = now_ns() + SETTLE_NS;
+        int got;
+        while ((got = cpustate_on_cpu(c)) != 1) {
+                if (now_ns() >= deadline)
+                        fail_msg("cpustate_on_cpu() still says %d, expected 1", got);
+                usleep(100);
+        }
 }
 
 /* Check both sources agree that the target is blocked, for STEADY_NS. */
@@ -263,6 +281,7 @@ static void check_blocked(const struct target *t, const struct cpustate *c)
         int64_t end = now_ns() + STEADY_NS;
         while (now_ns() < end) {
                 assert_int_equal(cpustate_read(c), 0);
+                assert_int_equal(cpustate_on_cpu(c), 0);
                 assert_int_equal(procfs_thread_state(t->proc_fd), 'S');
                 usleep(1000);
         }
@@ -290,6 +309,7 @@ static void run_target(void)
                         pin(t->tid, 1);
                         target_command(t, 's');
                         wait_cpustate(c, 1);
+                        wait_on_cpu(c);
                         check_spinning(t, c, -1);
                         atomic_store(&t->sh->stop_spinning, 1);
                         wait_cpustate(c, 0);
