@@ -7,7 +7,8 @@ default mode in the same run (a program that prints numbers, not a test).
    and 1 kHz in each mode (-p, --secs seconds, medians of --repeat runs);
    depth "30d"/"100d": a chain of that many different functions (every frame
    its own code object, which --bpf reads for its identity), else one
-   function recursing.
+   function recursing; threads "8s": 8 threads of which 7 sleep at that
+   depth (the one busy thread among others, none contending for the GIL).
    For each: samples, the recorder's own CPU time per sample (meta
    recorder_cpu_ns: both its threads, wake-ups and commits included), the
    in-kernel sampler's time per sample (meta bpf_run_ns, measured inside
@@ -49,9 +50,9 @@ DEEP = os.path.join(HERE, "workloads", "deep.py")
 MODES = {"default": [], "bpf": ["--bpf"]}
 
 
-def start(py, depth, threads, distinct=False):
+def start(py, depth, threads, distinct=False, sleeping=False):
     p = subprocess.Popen(recordbench.pin(0) + [py, DEEP, str(depth), "0", str(threads)] +
-                         (["distinct"] if distinct else []),
+                         (["distinct"] if distinct else ["sleeping"] if sleeping else []),
                          stdout=subprocess.PIPE, universal_newlines=True)
     assert p.stdout.readline().strip() == "ready"
     time.sleep(0.3)
@@ -75,10 +76,15 @@ def cost(args, py, tmp):
         "depth", "threads", "mode", "rate", "samples", "rec us", "bpf us", "total us",
         "walk us", "total ms/s"))
     rows = []
-    for depth, threads, distinct in [(d, t, x) for d in (30, 100) for t in (1, 8) for x in
-                                     (False, True) if not (x and t > 1)]:
+    configs = [(d, t, x, False) for d in (30, 100) for t in (1, 8) for x in (False, True)
+               if not (x and t > 1)] + [(30, 8, False, True)]
+    for depth, threads, distinct, sleeping in configs:
+        name = "%d%s" % (depth, "d" if distinct else "")
+        label = "%s:%d%s" % (name, threads, "s" if sleeping else "")
+        if args.configs and label not in args.configs.split(","):
+            continue
         if True:
-            w = start(py, depth, threads, distinct)
+            w = start(py, depth, threads, distinct, sleeping)
             try:
                 for rate in (100, 1000):
                     for mode in ("default", "bpf"):
@@ -100,8 +106,8 @@ def cost(args, py, tmp):
                         if not runs:
                             continue
                         med = [statistics.median(r[i] for r in runs) for i in range(6)]
-                        print("%-5s %-7d %-7s %5d %8d %9.2f %9.2f %9.2f %9s %10.3f" % (
-                            "%d%s" % (depth, "d" if distinct else ""), threads, mode, rate,
+                        print("%-5s %-7s %-7s %5d %8d %9.2f %9.2f %9.2f %9s %10.3f" % (
+                            name, "%d%s" % (threads, "s" if sleeping else ""), mode, rate,
                             med[0], med[1], med[2], med[3],
                             "%.2f" % med[4] if mode == "bpf" else "-", med[5]))
                         sys.stdout.flush()
@@ -150,7 +156,9 @@ def main():
     ap.add_argument("--cycles", type=int, default=9, help="attach/detach cycles per config")
     ap.add_argument("--on-secs", type=float, default=2.0)
     ap.add_argument("--off-secs", type=float, default=2.0)
-    ap.add_argument("--skip", default="", help="comma list of: cost,onoff")
+    ap.add_argument("--skip", default="", help="comma list of: cost,timers,onoff")
+    ap.add_argument("--configs", default="", help="cost: only these, comma list of "
+                    "DEPTH[d]:THREADS[s] (e.g. 30:1,30:8s), default all")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     if args.quick:
@@ -163,7 +171,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="bpfbench-")
     if "cost" not in skip:
         cost(args, args.python, tmp)
-    if "cost" not in skip:
+    if "cost" not in skip and "timers" not in skip:
         timers_alone(args, args.python, tmp)
     if "onoff" not in skip:
         recordbench.MODE_FLAGS["bpf"] = ["--bpf"]

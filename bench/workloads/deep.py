@@ -1,9 +1,11 @@
 # CPU-bound workload with a stack of a chosen depth, for the recorder
-# benchmark. Usage: deep.py DEPTH SECONDS [THREADS [distinct]]
+# benchmark. Usage: deep.py DEPTH SECONDS [THREADS [distinct|sleeping]]
 #                                              run for a time (0: forever), in
 #                                              THREADS threads (default 1) alike;
 #                                              "distinct": a chain of DEPTH different
-#                                              functions, not one recursing
+#                                              functions, not one recursing;
+#                                              "sleeping": only the main thread
+#                                              busy, the others asleep at that depth
 #                   deep.py DEPTH -N ITERS     do a fixed amount of work, print seconds taken
 #                   deep.py DEPTH -T SECONDS   run for a time, printing "MONOTONIC_TIME COUNT"
 #                                              every ~50 ms: units of work done since the last line
@@ -76,10 +78,15 @@ def main():
         exec(compile(src, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                        "deep_chain.py"), "exec"), ns)
         run = ns["f0"]
+    def nap():
+        while time.time() < end:
+            time.sleep(0.5)
+
+    sleeping = len(sys.argv) > 4 and sys.argv[4] == "sleeping"
     if threads > 1:
         import threading
         for _ in range(threads - 1):
-            t = threading.Thread(target=run, args=(depth - 2, spin))
+            t = threading.Thread(target=run, args=(depth - 2, nap if sleeping else spin))
             t.daemon = True
             t.start()
     run(depth - 2, spin)
