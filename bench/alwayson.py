@@ -14,6 +14,9 @@ checked afterwards.
 Printed:
 - the recorder's CPU as a share of one core (from /proc, over the run),
   its resident memory at the start and at the end (and every --every s);
+  with `-- --bpf`, also the in-kernel sampler's own time (meta bpf_run_ns:
+  its timer callbacks on every CPU, not the interrupts around them), which
+  no process of the recorder is charged for;
 - disk per hour of recording (all the files' bytes, sources included),
   in all and per 8 threads sampled;
 - rotations: whether each file ends exactly where the next begins (meta),
@@ -263,6 +266,7 @@ def main():
         rec.send_signal(signal.SIGINT)
         rec.wait()
     print("recorder exit status %d" % rec.returncode)
+    cpu = 0.0
     if first and end_stat:
         cpu = 100 * (end_stat[1] - first[1][1]) / (end_time - first[0])
         print("recorder CPU: %.2f%% of one core (from the first reading, %.0f s in, to the end)"
@@ -280,6 +284,13 @@ def main():
     samples = sum(int(m.get("samples", 0)) for m in metas)
     hours = span_ns / 3.6e12
     threads_sampled = samples / (span_ns / 1e9) / args.rate
+    # --bpf: the program's own time, in the timer interrupts of every CPU (not the
+    # recorder's): the last file's meta has it for the whole recording.
+    bpf_ns = max(int(m.get("bpf_run_ns", 0)) for m in metas)
+    if bpf_ns:
+        bpf = 100 * bpf_ns / span_ns
+        print("in-kernel sampler (--bpf; meta bpf_run_ns over the files' span): %.3f%% of one "
+              "core; with the recorder's: %.2f%%" % (bpf, bpf + cpu))
     print("disk: %d files, %.1f MB for %.1f min: %.1f MB per hour (%.0f samples/s, about %.1f "
           "threads sampled at a time: %.1f MB per hour per 8 threads), %.2f bytes per sample" % (
               len(files), size / 2**20, span_ns / 6e10, size / 2**20 / hours,
