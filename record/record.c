@@ -1184,8 +1184,9 @@ static void hold_over(struct recording *r, struct schedule *sch, int64_t pass_st
 /*
  * One sample of every process but those that took this slot's already
  * (hold_over): all prepared, then all asked to stop, then each read once
- * stopped, then all let go, then written (sampler_tick_prepare). A process found gone is removed
- * once none is held. Returns 0, or a fatal -errno with its message in err.
+ * stopped, then all let go, then written (sampler_tick_prepare). A process
+ * found gone is removed once none is held.
+ * Returns 0, or a fatal -errno with its message in err.
  */
 static int pass(struct recording *r, int64_t slot_due, char *err, size_t errlen, int64_t now)
 {
