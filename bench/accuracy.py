@@ -21,6 +21,9 @@ and 1 kHz, several times each, and measured with pyflame-report:
                  sleeping function (the on-CPU truth adds the time the thread
                  runs inside its sleeping calls, from the kernel's switch
                  records: needs perf, or --no-switch-truth)
+  threads        split-1P in eight threads of one process at once (they take
+                 turns with the GIL, waiting inside hot_a or hot_b): each
+                 thread's share, all its samples (--idle) counted
   gil            three threads contending for the GIL: of the samples in which
                  one of them holds the GIL, each one's share (truth: its
                  share of the three threads' CPU time; a thread that only
@@ -54,7 +57,7 @@ import interps  # noqa: E402  (the interpreters the tests run against)
 WORKLOAD = os.path.join(HERE, "accuracy", "workload.py")
 
 CASES = ["split-P/3", "split-1P", "split-2P", "split-10P", "split-random", "twoproc", "depth",
-         "faststack", "oncpu", "gil"]
+         "faststack", "oncpu", "threads", "gil"]
 
 
 def interpreters():
@@ -69,8 +72,8 @@ def workload_args(case, period):
     if case in split:
         c = split[case]
         return ["split", "%.9f" % (0.7 * c), "%.9f" % (0.3 * c)]
-    if case == "twoproc":
-        return ["twoproc", "%.9f" % (0.7 * period), "%.9f" % (0.3 * period)]
+    if case in ("twoproc", "threads"):
+        return [case, "%.9f" % (0.7 * period), "%.9f" % (0.3 * period)]
     if case == "split-random":
         return ["split", "%.9f" % (0.7 * period), "%.9f" % (0.3 * period), "random"]
     if case in ("depth", "faststack"):
@@ -103,12 +106,14 @@ def measure(report, db, case, truth, mode="nonblocking"):
         """--bpf samples CPU time: its truth is the functions' CPU time, where known."""
         return t.get("cpu", t) if mode == "bpf" else t
     if case.startswith("split") or case == "depth" or case == "faststack":
-        a, b, key_a = {"depth": ("deep_leaf", "shallow_leaf", "self"),
-                       "faststack": ("fast_loop", "flat", "total")}.get(
-                           case, ("hot_a", "hot_b", "self"))
+        # hot_a and hot_b never nest: each counts with what it calls (its own
+        # clock reads, inside its window; see workload.py).
+        a, b, key_a, key_b = {"depth": ("deep_leaf", "shallow_leaf", "self", "self"),
+                              "faststack": ("fast_loop", "flat", "total", "self")}.get(
+                                  case, ("hot_a", "hot_b", "total", "total"))
         rows = report_json(report, db, *idle)["rows"]
         x = counts(rows, key_a, [a])[a]
-        y = counts(rows, "self", [b])[b]
+        y = counts(rows, key_b, [b])[b]
         if x + y == 0:
             return []
         return [(a, of(truth)[a], x / (x + y), x + y)]
@@ -116,10 +121,19 @@ def measure(report, db, case, truth, mode="nonblocking"):
         res = []
         for pid in sorted(truth):
             rows = report_json(report, db, *(idle + ("--pid", pid)))["rows"]
-            x = counts(rows, "self", ["hot_a"])["hot_a"]
-            y = counts(rows, "self", ["hot_b"])["hot_b"]
+            x = counts(rows, "total", ["hot_a"])["hot_a"]
+            y = counts(rows, "total", ["hot_b"])["hot_b"]
             if x + y:
                 res.append(("hot_a", of(truth[pid])["hot_a"], x / (x + y), x + y))
+        return res
+    if case == "threads":
+        res = []
+        for name in sorted(truth):
+            rows = report_json(report, db, *(idle + ("--thread", name)))["rows"]
+            x = counts(rows, "total", ["hot_a"])["hot_a"]
+            y = counts(rows, "total", ["hot_b"])["hot_b"]
+            if x + y:
+                res.append(("hot_a", of(truth[name])["hot_a"], x / (x + y), x + y))
         return res
     if case == "oncpu" and mode == "bpf":
         return []  # every sample of --bpf is on CPU: nothing to measure

@@ -23,6 +23,11 @@
 #       (CLOCK_MONOTONIC) and the thread's id, for the bench to add the time
 #       the thread ran inside those calls (from the kernel's switch records);
 #       with "cpu", also what its own CPU clock says it ran in them.
+#   workload.py threads DURATION OUT A_S B_S
+#       split (periodic) in eight threads (thr-1..thr-8) at once, each
+#       measuring its own shares: they take turns with the GIL, and each
+#       waits for it inside hot_a or hot_b (for the order in which a sample
+#       reads, or with --blocking stops, the threads of one process).
 #   workload.py gil DURATION OUT
 #       three threads (gil-1..gil-3) running pure Python without pause, so they
 #       contend for the GIL. A thread that only runs Python runs only while it
@@ -51,8 +56,28 @@ clock = getattr(time, "perf_counter", time.time)
 # --blocking sample), and the thread's CPU time (what --bpf samples: it finds
 # a thread only on a CPU, and a phase preempted for a while lasts longer on
 # the wall clock than on the CPU).
-inside = {}
-cpu_inside = {}
+# Kept per thread (the threads case runs split in eight threads at once).
+# hot_a and hot_b time themselves from their first statement to their last
+# call (their CPU clock, on 2.7 and 3.6 through ctypes, which lets the GIL
+# go, is read inside the window) and leave the accounting to their caller:
+# with threads contending for the GIL, a thread can wait for it at any
+# statement, and a wait in the function's own frame after the window would
+# be sampled in the function but not be in the truth (on 3.6, with eight
+# threads, most of hot_a's samples were such waits).
+_mine = threading.local()
+
+
+def accounts():
+    """This thread's (wall, cpu) time inside each function."""
+    if not hasattr(_mine, "wall"):
+        _mine.wall, _mine.cpu = {}, {}
+    return _mine.wall, _mine.cpu
+
+
+def add(name, wall, cpu):
+    inside, cpu_inside = accounts()
+    inside[name] = inside.get(name, 0.0) + wall
+    cpu_inside[name] = cpu_inside.get(name, 0.0) + cpu
 
 
 def hot_a(until):
@@ -60,8 +85,8 @@ def hot_a(until):
     cpu0 = thread_cpu()
     while clock() < until:
         pass
-    inside["hot_a"] = inside.get("hot_a", 0.0) + clock() - start
-    cpu_inside["hot_a"] = cpu_inside.get("hot_a", 0.0) + thread_cpu() - cpu0
+    cpu = thread_cpu() - cpu0
+    return clock() - start, cpu
 
 
 def hot_b(until):
@@ -69,11 +94,12 @@ def hot_b(until):
     cpu0 = thread_cpu()
     while clock() < until:
         pass
-    inside["hot_b"] = inside.get("hot_b", 0.0) + clock() - start
-    cpu_inside["hot_b"] = cpu_inside.get("hot_b", 0.0) + thread_cpu() - cpu0
+    cpu = thread_cpu() - cpu0
+    return clock() - start, cpu
 
 
 def shares(a, b):
+    inside, cpu_inside = accounts()
     ta, tb = inside.get(a, 0.0), inside.get(b, 0.0)
     ca, cb = cpu_inside.get(a, 0.0), cpu_inside.get(b, 0.0)
     res = {a: ta / (ta + tb), b: tb / (ta + tb)}
@@ -86,9 +112,9 @@ def split(duration, a, b, rand):
     t = clock()
     end = t + duration
     while t < end:
-        hot_a(t + (a * 2 * random.random() if rand else a))
+        add("hot_a", *hot_a(t + (a * 2 * random.random() if rand else a)))
         t = clock()
-        hot_b(t + (b * 2 * random.random() if rand else b))
+        add("hot_b", *hot_b(t + (b * 2 * random.random() if rand else b)))
         t = clock()
     return shares("hot_a", "hot_b")
 
@@ -98,8 +124,7 @@ def deep_leaf(until):
     cpu0 = thread_cpu()
     while clock() < until:
         pass
-    inside["deep_leaf"] = inside.get("deep_leaf", 0.0) + clock() - start
-    cpu_inside["deep_leaf"] = cpu_inside.get("deep_leaf", 0.0) + thread_cpu() - cpu0
+    add("deep_leaf", clock() - start, thread_cpu() - cpu0)
 
 
 def shallow_leaf(until):
@@ -107,8 +132,7 @@ def shallow_leaf(until):
     cpu0 = thread_cpu()
     while clock() < until:
         pass
-    inside["shallow_leaf"] = inside.get("shallow_leaf", 0.0) + clock() - start
-    cpu_inside["shallow_leaf"] = cpu_inside.get("shallow_leaf", 0.0) + thread_cpu() - cpu0
+    add("shallow_leaf", clock() - start, thread_cpu() - cpu0)
 
 
 def descend(n, until):
@@ -138,8 +162,7 @@ def fast_loop(until):
     cpu0 = thread_cpu()
     while clock() < until:
         rec(20)
-    inside["fast_loop"] = inside.get("fast_loop", 0.0) + clock() - start
-    cpu_inside["fast_loop"] = cpu_inside.get("fast_loop", 0.0) + thread_cpu() - cpu0
+    add("fast_loop", clock() - start, thread_cpu() - cpu0)
 
 
 def flat(until):
@@ -147,8 +170,7 @@ def flat(until):
     cpu0 = thread_cpu()
     while clock() < until:
         pass
-    inside["flat"] = inside.get("flat", 0.0) + clock() - start
-    cpu_inside["flat"] = cpu_inside.get("flat", 0.0) + thread_cpu() - cpu0
+    add("flat", clock() - start, thread_cpu() - cpu0)
 
 
 def faststack(duration, mean):
@@ -281,6 +303,24 @@ def gil(duration):
     return dict((name, cpu / total) for name, cpu in res.items())
 
 
+def threads(duration, a, b):
+    """split (periodic) in eight threads of this process at once, each with its
+    own truth: they take turns with the GIL, and a thread waiting for it waits
+    inside hot_a or hot_b, where a sample finds it."""
+    res = {}
+
+    def worker(name):
+        res[name] = split(duration, a, b, False)
+
+    ths = [threading.Thread(target=worker, args=("thr-%d" % i,), name="thr-%d" % i)
+           for i in range(1, 9)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    return res
+
+
 def main():
     case, duration, out = sys.argv[1], float(sys.argv[2]), sys.argv[3]
     args = sys.argv[4:]
@@ -306,6 +346,8 @@ def main():
         truth = oncpu(duration, float(args[0]), args[1:] == ["cpu"])
     elif case == "gil":
         truth = gil(duration)
+    elif case == "threads":
+        truth = threads(duration, float(args[0]), float(args[1]))
     else:
         raise SystemExit("unknown case " + case)
     with open(out, "w") as f:

@@ -686,7 +686,7 @@ def test_accuracy(r, label, py, mode):
             truth = json.load(f)
             # --bpf samples CPU time: the truth is the functions' CPU time there.
             truth = (truth.get("cpu", truth) if mode == "bpf" else truth)["hot_a"]
-        got, n = shares(r, db, "hot_a", "hot_b", mode=mode)
+        got, n = shares(r, db, "hot_a", "hot_b", key="total", mode=mode)
         # --bpf samples the workload only on a CPU: fewer on a loaded machine.
         r.check("%s %s accuracy: a loop of one period: hot_a %.1f%% of %d samples, truly %.1f%% "
                 "(within 8 points)" % (label, mode, 100 * got, n, 100 * truth),
@@ -792,8 +792,8 @@ def test_hold_over_two(r, label, py, mode):
     for pid in sorted(truth):
         rows = json.loads(r.rep(["--by-function", "--format", "json", "--top", "0", "--idle",
                                  "--pid", pid, db]))
-        x = sum(row["self"] for row in rows["rows"] if row["function"] == "hot_a")
-        y = sum(row["self"] for row in rows["rows"] if row["function"] == "hot_b")
+        x = sum(row["total"] for row in rows["rows"] if row["function"] == "hot_a")
+        y = sum(row["total"] for row in rows["rows"] if row["function"] == "hot_b")
         n = x + y
         got = x / n if n else 0.0
         bound = max(0.06, 4 * math.sqrt(0.21 / max(n, 1)))
