@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,9 +52,34 @@ static long long mono_ns(void)
         return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static struct stopper_thread *thread_get(struct stopper *s, pid_t tid)
+static int by_tid(const void *a, const void *b)
 {
-        for (size_t i = 0; i < s->n; i++)
+        pid_t x = ((const struct stopper_thread *)a)->tid;
+        pid_t y = ((const struct stopper_thread *)b)->tid;
+        return (x > y) - (x < y);
+}
+
+/* Thread `tid` among the first `n` of s->threads, sorted by tid, or NULL. */
+static struct stopper_thread *find(const struct stopper *s, size_t n, pid_t tid)
+{
+        struct stopper_thread key = {.tid = tid};
+        if (!n)
+                return NULL;
+        return bsearch(&key, s->threads, n, sizeof(key), by_tid);
+}
+
+/*
+ * Thread `tid`, added if new. The first `sorted` threads are those of the
+ * last pass, sorted by tid; threads new in this pass follow them, unsorted
+ * until stopper_prepare() sorts them in (a pass over n threads costs
+ * O(n log n), not O(n^2)).
+ */
+static struct stopper_thread *thread_get(struct stopper *s, size_t sorted, pid_t tid)
+{
+        struct stopper_thread *hit = find(s, sorted, tid);
+        if (hit)
+                return hit;
+        for (size_t i = sorted; i < s->n; i++)
                 if (s->threads[i].tid == tid)
                         return &s->threads[i];
         if (s->n == s->cap) {
@@ -182,8 +208,10 @@ int stopper_prepare(struct stopper *s, pid_t pid, char *err, size_t errlen)
                 stopper_free(s);
                 s->pid = pid;
                 s->own_child = proctree_parent(pid) == getpid();
+                s->rng = ((uint64_t)mono_ns() << 20) ^ (uint64_t)pid ^ 0x9e3779b97f4a7c15ULL;
         }
         s->generation++;
+        size_t sorted = s->n;
         pid_t *tids = NULL;
         int n = procfs_list_tids(pid, &tids);
         if (n < 0) {
@@ -192,7 +220,7 @@ int stopper_prepare(struct stopper *s, pid_t pid, char *err, size_t errlen)
         }
         /* States first: once a thread is stopped it reads as 't'. */
         for (int i = 0; i < n; i++) {
-                struct stopper_thread *t = thread_get(s, tids[i]);
+                struct stopper_thread *t = thread_get(s, sorted, tids[i]);
                 if (!t) {
                         free(tids);
                         snprintf(err, errlen, "out of memory");
@@ -218,15 +246,27 @@ int stopper_prepare(struct stopper *s, pid_t pid, char *err, size_t errlen)
                 }
                 s->threads[kept++] = s->threads[i];
         }
+        bool added = s->n > sorted;
         s->n = kept;
+        if (added)
+                qsort(s->threads, s->n, sizeof(*s->threads), by_tid);
+        /*
+         * Where stopper_request() begins, drawn anew each pass: threads are
+         * asked one after the other, and none is always asked first (or,
+         * a few microseconds later, last).
+         */
+        s->rng ^= s->rng << 13;
+        s->rng ^= s->rng >> 7;
+        s->rng ^= s->rng << 17;
+        s->first = s->n ? (size_t)(s->rng % s->n) : 0;
         return 0;
 }
 
 void stopper_set_on_cpu(struct stopper *s, pid_t tid, bool on_cpu)
 {
-        for (size_t i = 0; i < s->n; i++)
-                if (s->threads[i].tid == tid)
-                        s->threads[i].on_cpu = on_cpu;
+        struct stopper_thread *t = find(s, s->n, tid);
+        if (t)
+                t->on_cpu = on_cpu;
 }
 
 int stopper_request(struct stopper *s, bool on_cpu, char *err, size_t errlen)
@@ -236,8 +276,8 @@ int stopper_request(struct stopper *s, bool on_cpu, char *err, size_t errlen)
         sigaddset(&chld, SIGCHLD);
         sigprocmask(SIG_BLOCK, &chld, &old);
         int rc = 0;
-        for (size_t i = 0; i < s->n; i++) {
-                struct stopper_thread *t = &s->threads[i];
+        for (size_t k = 0; k < s->n; k++) {
+                struct stopper_thread *t = &s->threads[(s->first + k) % s->n];
                 if (!is_running(t->state) || (t->on_cpu != 0) != on_cpu)
                         continue;
                 if (ptrace(PTRACE_SEIZE, t->tid, NULL, NULL) < 0) {
@@ -320,10 +360,7 @@ int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen)
 
 const struct stopper_thread *stopper_thread(const struct stopper *s, pid_t tid)
 {
-        for (size_t i = 0; i < s->n; i++)
-                if (s->threads[i].tid == tid)
-                        return &s->threads[i];
-        return NULL;
+        return find(s, s->n, tid);
 }
 
 int stopper_thread_state(const struct stopper *s, pid_t tid)

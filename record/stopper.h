@@ -17,6 +17,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* A thread of the target as seen at the last stopper_stop(). */
@@ -33,8 +34,10 @@ struct stopper_thread {
 
 struct stopper {
         pid_t pid;
-        struct stopper_thread *threads;
+        struct stopper_thread *threads; /* sorted by tid between passes */
         size_t n, cap;
+        size_t first; /* where this pass's requests begin */
+        uint64_t rng; /* xorshift64 state, for `first` */
         unsigned generation;
         unsigned long long stops;    /* samples taken with threads held */
         unsigned long long timeouts; /* threads that did not stop in time */
@@ -54,9 +57,10 @@ int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen);
  * instant: list the threads and read their states (stopper_prepare: nothing
  * is done to the target yet), then ask the running ones to stop
  * (stopper_request), those not on a CPU first (on_cpu false) and those on
- * one after (true; so are those not known either way), then wait until
- * they have (stopper_wait: a thread that does not stop within a second is
- * let go). Every process of the pass is prepared before any is asked, and
+ * one after (true; so are those not known either way), each group from a
+ * thread drawn at random in each pass (none is always asked first), then
+ * wait until they have (stopper_wait: a thread that does not stop within a
+ * second is let go). Every process of the pass is prepared before any is asked, and
  * asked before any is waited for: a thread stopped frees its CPU, and a
  * runnable thread that gets it runs its own code until its own request
  * arrives, unless that request is already there (a thread asked to stop
