@@ -315,13 +315,16 @@ def test_thread_spawn(r, label, py, mode):
         # kernel of it: its state is found there (by the GIL, or in its interpreter's
         # list), never counted invalid for being new. What runs outside any Python
         # state (a thread's start and end in C, its exit in the kernel) is not Python's
-        # time: counted apart.
+        # time: counted apart. The other threads' share is about 40% (3.7 and 3.12:
+        # 34-53% of 45-88 on-CPU samples), but their samples come in runs and one CI run
+        # had 10 of 49 (20%): the bound only has to tell "found" from "not found" (0).
         errors, meta = inf["errors"], inf["meta"]
         others = sum(1 for ref, _, _, _ in rows if ref not in main)
-        r.check("%s bpf spawn: new threads found in the kernel (%d samples of other threads, "
-                "%d invalid, %s not Python)" % (label, others, errors.get("invalid", 0),
-                                               meta.get("bpf_not_python")),
-                others >= 0.25 * len(rows) and errors.get("invalid", 0) <= 0.02 * len(rows) + 2 and
+        r.check("%s bpf spawn: new threads found in the kernel (%d of %d samples of other "
+                "threads, %d invalid, %s not Python)" % (label, others, len(rows),
+                                                        errors.get("invalid", 0),
+                                                        meta.get("bpf_not_python")),
+                others >= 0.1 * len(rows) and errors.get("invalid", 0) <= 0.02 * len(rows) + 2 and
                 "bpf_not_python" in meta, "%d samples" % len(rows))
         return
     if not r.check("%s %s spawn: the main thread found" % (label, mode), main, "%s" % main):
