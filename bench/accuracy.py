@@ -117,23 +117,16 @@ def measure(report, db, case, truth, mode="nonblocking"):
         if x + y == 0:
             return []
         return [(a, of(truth)[a], x / (x + y), x + y)]
-    if case == "twoproc":
+    if case in ("twoproc", "threads"):
+        # A truth per process (--pid) or per thread (--thread), each measured apart.
         res = []
-        for pid in sorted(truth):
-            rows = report_json(report, db, *(idle + ("--pid", pid)))["rows"]
+        for key in sorted(truth):
+            rows = report_json(report, db, *(idle + (
+                "--pid" if case == "twoproc" else "--thread", key)))["rows"]
             x = counts(rows, "total", ["hot_a"])["hot_a"]
             y = counts(rows, "total", ["hot_b"])["hot_b"]
             if x + y:
-                res.append(("hot_a", of(truth[pid])["hot_a"], x / (x + y), x + y))
-        return res
-    if case == "threads":
-        res = []
-        for name in sorted(truth):
-            rows = report_json(report, db, *(idle + ("--thread", name)))["rows"]
-            x = counts(rows, "total", ["hot_a"])["hot_a"]
-            y = counts(rows, "total", ["hot_b"])["hot_b"]
-            if x + y:
-                res.append(("hot_a", of(truth[name])["hot_a"], x / (x + y), x + y))
+                res.append(("hot_a", of(truth[key])["hot_a"], x / (x + y), x + y))
         return res
     if case == "oncpu" and mode == "bpf":
         return []  # every sample of --bpf is on CPU: nothing to measure

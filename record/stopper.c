@@ -70,18 +70,15 @@ static struct stopper_thread *find(const struct stopper *s, size_t n, pid_t tid)
 
 /*
  * Thread `tid`, added if new. The first `sorted` threads are those of the
- * last pass, sorted by tid; threads new in this pass follow them, unsorted
- * until stopper_prepare() sorts them in (a pass over n threads costs
- * O(n log n), not O(n^2)).
+ * last pass, sorted by tid; threads new in this pass are appended after
+ * them (a listing names each tid once, so they need no search) and sorted
+ * in by stopper_prepare(): a pass over n threads costs O(n log n).
  */
 static struct stopper_thread *thread_get(struct stopper *s, size_t sorted, pid_t tid)
 {
         struct stopper_thread *hit = find(s, sorted, tid);
         if (hit)
                 return hit;
-        for (size_t i = sorted; i < s->n; i++)
-                if (s->threads[i].tid == tid)
-                        return &s->threads[i];
         if (s->n == s->cap) {
                 size_t cap = s->cap ? s->cap * 2 : 16;
                 struct stopper_thread *p = realloc(s->threads, cap * sizeof(*p));
