@@ -60,9 +60,9 @@ int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen);
  * one after (true; so are those not known either way), each group from a
  * thread drawn at random in each pass (none is always asked first), then
  * wait until they have (stopper_wait: a thread that does not stop within a
- * second is let go). Every process of the pass is prepared before any is asked, and
- * asked before any is waited for: a thread stopped frees its CPU, and a
- * runnable thread that gets it runs its own code until its own request
+ * second is let go). Every process of the pass is prepared before any is
+ * asked, and asked before any is waited for: a thread stopped frees its CPU,
+ * and a runnable thread that gets it runs its own code until its own request
  * arrives, unless that request is already there (a thread asked to stop
  * while it waits for a CPU stops before it runs any). Asked process after
  * process, a program just let go out of the last hold ran tens of
