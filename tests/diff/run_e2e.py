@@ -155,7 +155,11 @@ def test_phases(r):
     db = os.path.join(r.tmp, "phases.db")
     r.record(db, "phases.py", "2")
     j = json.loads(r.report(["--slices", "250ms", "--format", "json", db]))
-    tops = [(s["from_s"], s["top"][0]["function"] if s["top"] else None) for s in j["slices"]]
+    # A slice is judged on 10 samples or more (a full one has 25): the last
+    # one can hold the final few milliseconds of the run, where a single
+    # sample may find helper() (seen in CI: one sample in 4.000-4.004 s).
+    tops = [(s["from_s"], s["top"][0]["function"] if s["top"] else None) for s in j["slices"]
+            if s["samples"] >= 10]
     switch = next((t for t, f in tops if f == "crunch"), None)
     r.check("phases: crunch takes over 2 s in (slice starting %s)" % switch,
             switch is not None and 1.75 <= switch <= 2.25, str(tops))
