@@ -1188,7 +1188,8 @@ static void hold_over(struct recording *r, struct schedule *sch, int64_t pass_st
  * found gone is removed once none is held.
  * Returns 0, or a fatal -errno with its message in err.
  */
-static int pass(struct recording *r, int64_t slot_due, char *err, size_t errlen, int64_t now)
+static int pass(struct recording *r, struct schedule *sch, int64_t slot_due, char *err,
+                size_t errlen, int64_t now)
 {
         enum { MAX_GONE = 16 };
         struct sampler *gone[MAX_GONE];
@@ -1198,7 +1199,8 @@ static int pass(struct recording *r, int64_t slot_due, char *err, size_t errlen,
                 r->ticked[i] = false;
                 if (sampler_took(r->samplers[i], slot_due) || n_gone == MAX_GONE || rc < 0)
                         continue;
-                int hrc = sampler_tick_prepare(r->samplers[i], err, errlen);
+                int hrc = sampler_tick_prepare(r->samplers[i], schedule_random(sch, UINT64_MAX),
+                                               err, errlen);
                 if (hrc == -ESRCH)
                         gone[n_gone++] = r->samplers[i];
                 else if (hrc < 0)
@@ -1577,7 +1579,7 @@ static int record_loop(struct recording *r)
                 shuffle_samplers(r, &sch);
                 for (size_t i = 0; i < r->n_samplers; i++)
                         sampler_set_horizon(r->samplers[i], schedule_next_slot(&sch));
-                int rc = pass(r, slot_due, err, sizeof(err), now);
+                int rc = pass(r, &sch, slot_due, err, sizeof(err), now);
                 if (rc < 0) {
                         fprintf(stderr, "%s%s: %s\n", r->tty ? "\n" : "", prog, err);
                         return rc == -EPERM ? EXIT_PERMISSION

@@ -1537,14 +1537,14 @@ void sampler_hold_over(struct sampler *s, int64_t t_ns)
         }
 }
 
-int sampler_tick_prepare(struct sampler *s, char *err, size_t errlen)
+int sampler_tick_prepare(struct sampler *s, uint64_t draw, char *err, size_t errlen)
 {
         s->tick++;
         s->st.ticks++;
         if (!s->blocking)
                 return 0;
         states_before_stop(s);
-        int rc = stopper_prepare(&s->stop, s->pid, err, errlen);
+        int rc = stopper_prepare(&s->stop, s->pid, draw, err, errlen);
         for (size_t i = 0; rc == 0 && i < s->n_threads; i++) {
                 const struct sthread *t = &s->threads[i];
                 if (t->cs && t->host_tid > 0 && cpustate_on_cpu(t->cs) == 0)

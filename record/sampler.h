@@ -106,7 +106,8 @@ void sampler_set_sources(struct sampler *s, struct sources *src, int handle);
 /*
  * One sample of every thread, in steps, so that a pass over several
  * processes holds them all together with --blocking: list the threads and
- * read their states (sampler_tick_prepare); ask the running threads to
+ * read their states (sampler_tick_prepare; `draw`, uniform over 64 bits and
+ * drawn anew each pass, chooses where the stopper begins asking); ask the running threads to
  * stop, at monotonic time `t_ns`, those not on a CPU first (on_cpu false)
  * and the others after (true) (sampler_tick_stop; see stopper_prepare() for
  * why every process of the pass is prepared before any is asked, and in
@@ -131,7 +132,7 @@ void sampler_set_sources(struct sampler *s, struct sources *src, int handle);
  * message in err. A thread that cannot be read is counted in the trace,
  * not returned.
  */
-int sampler_tick_prepare(struct sampler *s, char *err, size_t errlen);
+int sampler_tick_prepare(struct sampler *s, uint64_t draw, char *err, size_t errlen);
 int sampler_tick_stop(struct sampler *s, int64_t t_ns, bool on_cpu, char *err, size_t errlen);
 void sampler_tick_read(struct sampler *s);
 void sampler_release(struct sampler *s);

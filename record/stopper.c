@@ -197,7 +197,7 @@ static bool is_running(int state)
         return state == 'R' || state < 0; /* unknown: hold it, to be safe */
 }
 
-int stopper_prepare(struct stopper *s, pid_t pid, char *err, size_t errlen)
+int stopper_prepare(struct stopper *s, pid_t pid, uint64_t draw, char *err, size_t errlen)
 {
         if (s->holding)
                 stopper_resume(s); /* never two holds of one stopper at once */
@@ -205,7 +205,6 @@ int stopper_prepare(struct stopper *s, pid_t pid, char *err, size_t errlen)
                 stopper_free(s);
                 s->pid = pid;
                 s->own_child = proctree_parent(pid) == getpid();
-                s->rng = ((uint64_t)mono_ns() << 20) ^ (uint64_t)pid ^ 0x9e3779b97f4a7c15ULL;
         }
         s->generation++;
         size_t sorted = s->n;
@@ -250,12 +249,10 @@ int stopper_prepare(struct stopper *s, pid_t pid, char *err, size_t errlen)
         /*
          * Where stopper_request() begins, drawn anew each pass: threads are
          * asked one after the other, and none is always asked first (or,
-         * a few microseconds later, last).
+         * a few microseconds later, last). Multiply-shift maps the caller's
+         * uniform 64-bit draw onto 0..n-1 (bias below n / 2^64).
          */
-        s->rng ^= s->rng << 13;
-        s->rng ^= s->rng >> 7;
-        s->rng ^= s->rng << 17;
-        s->first = s->n ? (size_t)(s->rng % s->n) : 0;
+        s->first = (size_t)(((unsigned __int128)draw * s->n) >> 64);
         return 0;
 }
 
@@ -345,7 +342,7 @@ void stopper_wait(struct stopper *s)
 
 int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen)
 {
-        int rc = stopper_prepare(s, pid, err, errlen);
+        int rc = stopper_prepare(s, pid, 0, err, errlen);
         if (rc == 0)
                 rc = stopper_request(s, false, err, errlen);
         if (rc == 0)

@@ -37,7 +37,6 @@ struct stopper {
         struct stopper_thread *threads; /* sorted by tid between passes */
         size_t n, cap;
         size_t first; /* where this pass's requests begin */
-        uint64_t rng; /* xorshift64 state, for `first` */
         unsigned generation;
         unsigned long long stops;    /* samples taken with threads held */
         unsigned long long timeouts; /* threads that did not stop in time */
@@ -49,7 +48,8 @@ struct stopper {
  * Read every thread's state, then seize and stop those running. Returns 0
  * (possibly with no thread held, when all were asleep); -ESRCH when the
  * process is gone; -EPERM (message says how to get permission) or another
- * -errno, in which case nothing is left seized.
+ * -errno, in which case nothing is left seized. Requests begin with the
+ * first thread by tid (one hold, as --dump's, has no order to vary).
  */
 int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen);
 /*
@@ -58,7 +58,8 @@ int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen);
  * is done to the target yet), then ask the running ones to stop
  * (stopper_request), those not on a CPU first (on_cpu false) and those on
  * one after (true; so are those not known either way), each group from a
- * thread drawn at random in each pass (none is always asked first), then
+ * thread chosen by `draw` (uniform over 64 bits, drawn anew each pass by
+ * the caller from the recording's generator: none is always asked first), then
  * wait until they have (stopper_wait: a thread that does not stop within a
  * second is let go). Every process of the pass is prepared before any is
  * asked, and asked before any is waited for: a thread stopped frees its CPU,
@@ -75,7 +76,7 @@ int stopper_stop(struct stopper *s, pid_t pid, char *err, size_t errlen);
  * be followed by its stopper_request()s and stopper_wait() before anything
  * else is done with the stopper.
  */
-int stopper_prepare(struct stopper *s, pid_t pid, char *err, size_t errlen);
+int stopper_prepare(struct stopper *s, pid_t pid, uint64_t draw, char *err, size_t errlen);
 /* Whether host thread `tid` is on a CPU now, for the order of stopper_request()s. */
 void stopper_set_on_cpu(struct stopper *s, pid_t tid, bool on_cpu);
 int stopper_request(struct stopper *s, bool on_cpu, char *err, size_t errlen);

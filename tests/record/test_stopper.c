@@ -11,8 +11,11 @@
  *     ended between two passes, the stopper has exactly the threads /proc
  *     lists, sorted by tid, and finds each one (stopper_thread,
  *     stopper_thread_state, stopper_set_on_cpu);
- *   - where a pass begins asking (`first`) is drawn anew each pass: over
- *     PASSES passes it takes most of the possible values, not a few.
+ *   - where a pass begins asking (`first`) follows the draw the recorder
+ *     hands to each pass (schedule_random(), as record.c's pass() does):
+ *     over PASSES passes it takes most of the possible values, not a few;
+ *     the lowest and highest draws give the first and the last thread, and
+ *     stopper_stop() (one hold, --dump's) begins with the first.
  * Needs ptrace of our own child (allowed by Yama's default scope 1); skipped
  * with a message when ptrace is refused here.
  */
@@ -38,6 +41,7 @@
 #include <cmocka.h>
 
 #include "procfs.h"
+#include "schedule.h"
 #include "stopper.h"
 
 #define SPINNERS 4
@@ -327,17 +331,33 @@ static void test_first_drawn(void **state)
         static int seen[1024];
         memset(seen, 0, sizeof(seen));
         size_t n = 0;
-        for (int p = 0; p < PASSES; p++) {
-                int rc = stopper_stop(s, g.pid, err, sizeof(err));
+        struct schedule sch;
+        schedule_init(&sch, 0, 1000000, 20261205);
+        for (int p = 0; p < PASSES + 3; p++) {
+                /* As a pass of the recorder does (record.c's pass()). */
+                uint64_t draw = p == PASSES       ? 0
+                                : p == PASSES + 1 ? UINT64_MAX
+                                                  : schedule_random(&sch, UINT64_MAX);
+                int rc = p == PASSES + 2 ? stopper_stop(s, g.pid, err, sizeof(err))
+                                         : stopper_prepare(s, g.pid, draw, err, sizeof(err));
                 if (rc == -EPERM) {
                         print_message("ptrace refused here (%s): skipped\n", err);
                         skip();
                 }
                 assert_int_equal(rc, 0);
+                if (p < PASSES + 2) {
+                        assert_int_equal(stopper_request(s, false, err, sizeof(err)), 0);
+                        assert_int_equal(stopper_request(s, true, err, sizeof(err)), 0);
+                        stopper_wait(s);
+                }
                 assert_true(s->n > 0 && s->n < 1024);
                 assert_true(s->first < s->n);
-                n = s->n;
-                seen[s->first]++;
+                if (p < PASSES) {
+                        n = s->n;
+                        seen[s->first]++;
+                } else {
+                        assert_int_equal(s->first, p == PASSES + 1 ? s->n - 1 : 0);
+                }
                 stopper_resume(s);
         }
         int distinct = 0;
