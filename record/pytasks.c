@@ -28,6 +28,7 @@
  * that does not read or fit is left out of the sample, never reported as
  * garbage.
  */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -759,13 +760,21 @@ static int await_chains(struct pywalk *w)
                         rc = pywalk_frame_decode(w, fr, &f);
                         if (rc < 0 && fatal_read(rc))
                                 return rc;
-                        if (rc == 0) {
-                                if (level == 0)
-                                        t->v[i].root = f.code;
-                                if ((rc = frame_push(t, i, level, &f)) < 0)
-                                        return rc;
+                        if (rc != 0) {
+                                /*
+                                 * The chain ends here, as at a link that is no
+                                 * coroutine: its levels must stay 0..depth-1
+                                 * (a frame left out and the next one pushed
+                                 * made a hole that the frames were written
+                                 * past; found by fuzz_pytasks).
+                                 */
+                                rc = 0;
+                                continue;
                         }
-                        rc = 0;
+                        if (level == 0)
+                                t->v[i].root = f.code;
+                        if ((rc = frame_push(t, i, level, &f)) < 0)
+                                return rc;
                         if (running)
                                 t->v[i].running = true;
                         else
@@ -941,7 +950,8 @@ int pytasks_walk(struct pywalk *w)
                 if (rc)
                         t->registry_due = 0; /* moved or gone: look it up again */
         }
-        qsort(t->found, t->n_found, sizeof(*t->found), addr_cmp);
+        if (t->n_found > 1) /* none found: t->found may be NULL, which qsort must not see */
+                qsort(t->found, t->n_found, sizeof(*t->found), addr_cmp);
         size_t k = 0;
         for (size_t i = 0; i < t->n_found && k < PYWALK_MAX_TASKS; i++)
                 if (!k || t->found[i] != t->found[k - 1])
@@ -998,12 +1008,14 @@ int pytasks_walk(struct pywalk *w)
                 t->chain_at[t->cf[i].task + 1]++;
         for (size_t i = 0; i < t->n; i++) {
                 t->chain_at[i + 1] += t->chain_at[i];
-                t->v[i].frames = t->frames + t->chain_at[i];
+                /* No chain at all (every coroutine unreadable): no array yet. */
+                t->v[i].frames = t->frames ? t->frames + t->chain_at[i] : NULL;
                 t->v[i].depth = (uint32_t)(t->chain_at[i + 1] - t->chain_at[i]);
         }
-        /* Levels were pushed in order: the deepest goes first. */
+        /* Levels were pushed in order, 0..depth-1 for each task: the deepest goes first. */
         for (size_t i = 0; i < t->n_cf; i++) {
                 struct pywalk_task *tk = &t->v[t->cf[i].task];
+                assert(t->cf[i].level < tk->depth);
                 tk->frames[tk->depth - 1 - t->cf[i].level] = t->cf[i].f;
         }
         t->n_frames = t->n_cf;
