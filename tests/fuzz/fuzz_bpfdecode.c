@@ -62,7 +62,6 @@
  * tests/fuzz/run_bpfdecode.sh (the CI run, and --long).
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -71,6 +70,7 @@
 #include <string.h>
 
 #include "bpfwalk_shared.h"
+#include "fuzzin.h"
 #include "imgbuild.h"
 #include "imgvers.h"
 #include "memsrc.h"
@@ -80,23 +80,7 @@
 _Static_assert(offsetof(struct bpfw_event, frames) == BPFW_EVENT_HEAD,
                "an event's frames follow its head");
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
-{
-        va_list ap;
-        va_start(ap, fmt);
-        fprintf(stderr, "fuzz_bpfdecode: ");
-        vfprintf(stderr, fmt, ap);
-        fprintf(stderr, "\n");
-        va_end(ap);
-        abort();
-}
-
-#define CHECK(cond, ...)                                                                           \
-        do {                                                                                       \
-                if (!(cond))                                                                       \
-                        die(__VA_ARGS__);                                                          \
-        } while (0)
+const char fuzz_name[] = "fuzz_bpfdecode";
 
 /* ---- the images ---- */
 
@@ -484,44 +468,6 @@ static void build_layout(struct layout *l, const struct imgver *v)
               v->name, l->n_pool, l->n_targets);
         for (size_t i = 0; i < l->n_targets; i++)
                 CHECK(region_of(p->img, l->targets[i]), "%s: target outside the image", v->name);
-}
-
-/* ---- reading an input ---- */
-
-struct in {
-        const uint8_t *p;
-        size_t n;
-};
-
-static uint8_t get8(struct in *in)
-{
-        if (!in->n)
-                return 0;
-        in->n--;
-        return *in->p++;
-}
-
-static uint64_t take(struct in *in, size_t bytes)
-{
-        uint64_t v = 0;
-        for (size_t i = 0; i < bytes; i++)
-                v |= (uint64_t)get8(in) << (8 * i);
-        return v;
-}
-
-static uint16_t get16(struct in *in)
-{
-        return (uint16_t)take(in, 2);
-}
-
-static uint32_t get32(struct in *in)
-{
-        return (uint32_t)take(in, 4);
-}
-
-static uint64_t get64(struct in *in)
-{
-        return take(in, 8);
 }
 
 /* ---- one input ---- */

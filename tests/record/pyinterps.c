@@ -5,11 +5,15 @@
 #include "pyinterps.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <limits.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+extern char **environ;
 
 static int query(struct pyinterp *p)
 {
@@ -94,4 +98,25 @@ size_t pyinterps_find(struct pyinterp *out, size_t max)
         for (size_t i = 0; i < sizeof(sys_pythons) / sizeof(sys_pythons[0]); i++)
                 add(out, max, &n, sys_pythons[i]);
         return n;
+}
+
+int pyinterps_spawn(const struct pyinterp *py, const char *script, pid_t *pid, int *out)
+{
+        int fds[2];
+        if (pipe(fds) < 0)
+                return -errno;
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+        posix_spawn_file_actions_addclose(&fa, fds[0]);
+        char *argv[] = {(char *)py->path, "-u", (char *)script, NULL};
+        int rc = posix_spawn(pid, py->path, &fa, NULL, argv, environ);
+        posix_spawn_file_actions_destroy(&fa);
+        close(fds[1]);
+        if (rc != 0) {
+                close(fds[0]);
+                return -rc;
+        }
+        *out = fds[0];
+        return 0;
 }

@@ -11,6 +11,7 @@
 #define PYFLAME_TEST_PYINTERPS_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 struct pyinterp {
         char path[512];
@@ -21,5 +22,12 @@ struct pyinterp {
 
 /* Fill up to `max` entries; returns how many were found (0 when none). */
 size_t pyinterps_find(struct pyinterp *out, size_t max);
+
+/*
+ * Start `py -u script` with its standard output on a pipe: *pid the child
+ * (the caller reaps it), *out the pipe's reading end (the caller closes it).
+ * Returns 0, or a negative errno with nothing started.
+ */
+int pyinterps_spawn(const struct pyinterp *py, const char *script, pid_t *pid, int *out);
 
 #endif

@@ -16,7 +16,6 @@
 #include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,8 +32,6 @@
 #include "pyfind.h"
 #include "pyinterps.h"
 #include "pywalk.h"
-
-extern char **environ;
 
 static const char *target_script;
 
@@ -57,27 +54,6 @@ static void sleep_ms(int ms)
 {
         struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
-}
-
-static int spawn_target(const struct pyinterp *py, pid_t *pid, int *out)
-{
-        int fds[2];
-        if (pipe(fds) < 0)
-                return -errno;
-        posix_spawn_file_actions_t fa;
-        posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-        posix_spawn_file_actions_addclose(&fa, fds[0]);
-        char *argv[] = {(char *)py->path, "-u", (char *)target_script, NULL};
-        int rc = posix_spawn(pid, py->path, &fa, NULL, argv, environ);
-        posix_spawn_file_actions_destroy(&fa);
-        close(fds[1]);
-        if (rc != 0) {
-                close(fds[0]);
-                return -rc;
-        }
-        *out = fds[0];
-        return 0;
 }
 
 /* Read the target's report up to READY (10 s at most). */
@@ -181,7 +157,7 @@ static void check_interpreter(void **state)
         const struct pyinterp *py = *state;
         pid_t pid = 0;
         int out = -1;
-        assert_int_equal(spawn_target(py, &pid, &out), 0);
+        assert_int_equal(pyinterps_spawn(py, target_script, &pid, &out), 0);
         struct want want = {0};
         int rc = read_report(out, &want);
         struct pyfind_target t;
@@ -228,7 +204,7 @@ static void check_refused(void **state)
         const struct pyinterp *py = *state;
         pid_t pid = 0;
         int out = -1;
-        assert_int_equal(spawn_target(py, &pid, &out), 0);
+        assert_int_equal(pyinterps_spawn(py, target_script, &pid, &out), 0);
         struct want want;
         int rc = read_report(out, &want);
         struct pyfind_target t;

@@ -19,7 +19,6 @@
 #include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -36,8 +35,6 @@
 #include "pyfind.h"
 #include "pyinterps.h"
 #include "pywalk.h"
-
-extern char **environ;
 
 static const char *target_script;
 
@@ -63,27 +60,6 @@ static void sleep_ms(int ms)
 {
         struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
-}
-
-static int spawn_target(const struct pyinterp *py, struct child *c)
-{
-        int fds[2];
-        if (pipe(fds) < 0)
-                return -errno;
-        posix_spawn_file_actions_t fa;
-        posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-        posix_spawn_file_actions_addclose(&fa, fds[0]);
-        char *argv[] = {(char *)py->path, "-u", (char *)target_script, NULL};
-        int rc = posix_spawn(&c->pid, py->path, &fa, NULL, argv, environ);
-        posix_spawn_file_actions_destroy(&fa);
-        close(fds[1]);
-        if (rc != 0) {
-                close(fds[0]);
-                return -rc;
-        }
-        c->out = fds[0];
-        return 0;
 }
 
 static void kill_target(struct child *c)
@@ -312,7 +288,7 @@ static void check_interpreter(void **state)
 {
         const struct pyinterp *py = *state;
         struct child c;
-        assert_int_equal(spawn_target(py, &c), 0);
+        assert_int_equal(pyinterps_spawn(py, target_script, &c.pid, &c.out), 0);
         struct want want;
         int rc = read_report(&c, &want);
         if (rc != 0)
