@@ -3,10 +3,13 @@
 # a gather, a TaskGroup (3.11+). Once they are all suspended it prints what
 # CPython itself says of each task (its id, name, the task awaiting it, and
 # its await chain through cr_await: function and line, outermost first),
-# then READY, and sleeps.
+# then READY, and sleeps. A second thread, named, sleeps 6 calls deep
+# (fuzz_pytasks.c walks captures of this program: two threads, their names).
 import asyncio
 import os
 import sys
+import threading
+import time
 
 NAMES = sys.version_info >= (3, 8)
 PARENT = {}
@@ -78,6 +81,13 @@ async def reporter():
     await asyncio.sleep(3600)
 
 
+def nap(n):
+    if n:
+        return nap(n - 1)
+    time.sleep(3600)
+
+
+threading.Thread(target=nap, args=(5,), name="napper", daemon=True).start()
 loop = asyncio.new_event_loop()
 asyncio.set_event_loop(loop)
 loop.run_until_complete(reporter())
