@@ -253,8 +253,9 @@ enum trace_error_kind {
         TRACE_ERROR_OTHER = 3,
         TRACE_ERROR_UNMATCHED = 4,    /* a native stack its Python stack could not be merged into */
         TRACE_ERROR_NOT_RESIDENT = 5, /* --bpf: a page the walk needed was not resident; dropped */
-        TRACE_ERROR_TRUNCATED = 6, /* --bpf: deeper than the walk's bound; innermost frames kept */
-        TRACE_ERROR_INVALID = 7,   /* --bpf: a thread whose state did not validate; dropped */
+        TRACE_ERROR_TRUNCATED = 6,    /* cut short (--bpf: the walk's bound; --native: the unwind);
+                                         innermost frames kept */
+        TRACE_ERROR_INVALID = 7,      /* --bpf: a thread whose state did not validate; dropped */
         TRACE_ERROR_CODE_GONE = 8, /* --bpf: a code object freed before it could be read; dropped */
         TRACE_ERROR_KIND_COUNT
 };

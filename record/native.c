@@ -64,11 +64,11 @@ extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *st
 #define RULE_MAX       (1u << 16) /* PCs whose CFI rule is cached before the cache starts over */
 #define LINE_BYTES     64u
 #define LINE_SLOTS     64u
-#define SYM_MAX        (1u << 20)  /* distinct addresses named before the cache starts over */
-#define REFRESH_NS     100000000LL /* at most ten readings of the maps a second... */
-#define REFRESH_NEW_NS 5000000LL   /* ...or 200 for addresses mapped since the last one */
-#define SYM_NO_MODULE  0x100u      /* native_sym.flags, ours: the address was in no module */
-#define N_DWARF_REGS   17          /* x86-64: rax rdx rcx rbx rsi rdi rbp rsp r8-r15, then rip */
+#define SYM_MAX        (1u << 20)    /* distinct addresses named before the cache starts over */
+#define REFRESH_NS     100000000LL   /* at most ten readings of the maps a second... */
+#define REFRESH_NEW_NS 5000000LL     /* ...or 200 for addresses mapped since the last one */
+#define SYM_NO_MODULE  0x100u        /* native_sym.flags, ours: the address was in no module */
+#define N_DWARF_REGS   NATIVE_N_REGS /* x86-64: rax rdx rcx rbx rsi rdi rbp rsp r8-r15, then rip */
 
 /* Interpreter functions that only pass a call on: hidden from merged stacks by default. */
 static const char *const plumbing_prefixes[] = {
@@ -276,6 +276,7 @@ struct native {
         /* native_unwind()'s frame callback state */
         const struct native_sym **out;
         size_t out_cap, out_n;
+        uint64_t last_addr; /* the last frame's address (a return address minus one) */
         struct native_stats st;
 };
 
@@ -811,6 +812,26 @@ static int capture_sleeping(struct native *n, pid_t tid)
         return 0;
 }
 
+int native_capture_regs(struct native *n, pid_t tid, const uint64_t regs[NATIVE_N_REGS], bool full)
+{
+        long long t0 = mono_ns();
+        struct capture *c = capture_new(n, tid);
+        if (!c)
+                return -ENOMEM;
+        if (full) {
+                memcpy(c->regs, regs, sizeof(c->regs));
+        } else {
+                c->regs[7] = regs[7];
+                c->regs[16] = regs[16];
+        }
+        c->full = full;
+        int rc = copy_stack(n, c, regs[7]);
+        if (rc == 0)
+                n->n_caps++;
+        n->st.capture_ns += (uint64_t)(mono_ns() - t0);
+        return rc;
+}
+
 static const struct capture *capture_find(const struct native *n, pid_t tid)
 {
         for (size_t i = 0; i < n->n_caps; i++)
@@ -1326,7 +1347,8 @@ static int on_frame(Dwfl_Frame *state, void *arg)
                 return DWARF_CB_ABORT;
         if (pc == 0)
                 return DWARF_CB_ABORT;
-        const struct native_sym *e = symbolize(n, activation ? pc : pc - 1);
+        n->last_addr = activation ? pc : pc - 1;
+        const struct native_sym *e = symbolize(n, n->last_addr);
         if (!e)
                 return DWARF_CB_ABORT;
         if (e->flags & SYM_NO_MODULE) {
@@ -1367,6 +1389,20 @@ int native_unwind(struct native *n, pid_t tid, const struct native_sym **out, si
                         n->cur_top = 0;
                         n->cur_outside = false;
                         rc = dwfl_getthread_frames(n->dwfl, tid, on_frame, n);
+                        /*
+                         * libdw also ends, with no error, where it cannot
+                         * find the caller: a register the CFI needs is not
+                         * known (a thread asleep gives its SP and PC only,
+                         * and code with frame pointers needs RBP). The
+                         * stack reached its root only if the last frame's
+                         * CFI says it has no caller; else it was cut short,
+                         * never a whole stack (found by test_native_self).
+                         */
+                        if (rc == 0 && n->out_n > 0) {
+                                const struct cfi_rule *r = cfi_rule(n, n->last_addr);
+                                if (r && r->usable && r->kind[16] != RULE_UNDEFINED)
+                                        rc = -1;
+                        }
                 }
                 if (rc == 0)
                         note_top(n, c);
@@ -1447,6 +1483,15 @@ int native_capture_sleeping(struct native *n, pid_t tid)
 {
         (void)n;
         (void)tid;
+        return -ENOTSUP;
+}
+
+int native_capture_regs(struct native *n, pid_t tid, const uint64_t regs[NATIVE_N_REGS], bool full)
+{
+        (void)n;
+        (void)tid;
+        (void)regs;
+        (void)full;
         return -ENOTSUP;
 }
 

@@ -32,6 +32,8 @@
 #include "pywalk.h"
 
 #define NATIVE_MAX_DEPTH 512
+/* Registers of a capture, x86-64 DWARF numbers 0-16: rax rdx rcx rbx rsi rdi rbp rsp r8-r15 rip. */
+#define NATIVE_N_REGS 17
 
 /* What a named address is to the merger (a bit set). */
 #define NATIVE_SYM_EVAL     0x1u /* the interpreter's eval loop: Python frames run here */
@@ -79,6 +81,15 @@ int native_capture_held(struct native *n, pid_t tid);
  * -EAGAIN when the thread is running (or woke meanwhile), another -errno.
  */
 int native_capture_sleeping(struct native *n, pid_t tid);
+
+/*
+ * Capture thread `tid` from registers the caller has (regs[7] the stack
+ * pointer, regs[16] the PC; the others only when `full`), with a copy of its
+ * stack from that pointer up read now: for a stack that cannot change
+ * meanwhile, such as one made in the recorder's own memory by the tests and
+ * the fuzzer (fuzz_native.c). Returns 0, or a negative errno (no capture).
+ */
+int native_capture_regs(struct native *n, pid_t tid, const uint64_t regs[NATIVE_N_REGS], bool full);
 
 /* The thread ids captured in this sample, in capture order: i < native_capture_count(). */
 size_t native_capture_count(const struct native *n);

@@ -1164,6 +1164,14 @@ static int native_stack(struct sampler *s, pid_t tid, const struct pywalk_thread
                         tsink_error(s->k, s->pid, TRACE_ERROR_UNMATCHED, 1);
                 return 1;
         }
+        /*
+         * An unwind cut short before the stack's root (a register its CFI
+         * needs not known, or NATIVE_MAX_DEPTH frames) that still merged: its
+         * innermost frames are kept, and counted, as a --bpf stack deeper
+         * than its bound is.
+         */
+        if (rc == -EPIPE && s->k)
+                tsink_error(s->k, s->pid, TRACE_ERROR_TRUNCATED, 1);
         uint32_t max_id = 0;
         for (int i = 0; i < n; i++)
                 if (s->merged[i].sym && s->merged[i].sym->id > max_id)

@@ -55,8 +55,11 @@
 --                                    not be merged into; sample dropped
 --                       5 not_resident  --bpf: a page the in-kernel walk needed was not
 --                                    resident (no page faults in an interrupt); sample dropped
---                       6 truncated  --bpf: a stack deeper than the in-kernel walk's bound
---                                    (256 frames); the sample keeps the innermost frames
+--                       6 truncated  a stack cut short; the sample keeps the innermost
+--                                    frames: --bpf, deeper than the in-kernel walk's bound
+--                                    (256 frames); --native, a native unwind that could not
+--                                    reach the stack's root (a register its CFI needs not
+--                                    known) or deeper than 512 frames
 --                       7 invalid    --bpf: a thread of the process whose thread state the
 --                                    walk could not find or validate; sample dropped
 --                       8 code_gone  --bpf: a code object of the stack was freed (or another

@@ -91,7 +91,7 @@ for t in test_native test_async test_continuous test_live test_sets; do
     --report build-ci-tsan/report/pyflame-report --only 3.12
 done
 
-stage "fuzzing with libFuzzer (fixed seeds; clang, ASan, UBSan): reports, --bpf decoding, the task walk, line tables"
+stage "fuzzing with libFuzzer (fixed seeds; clang, ASan, UBSan): reports, --bpf decoding, the task walk, native unwinding, line tables"
 rm -rf build-ci-fuzz
 CC=clang meson setup build-ci-fuzz --werror -Dfuzz=true -Db_sanitize=address,undefined \
   -Db_lundef=false >/dev/null

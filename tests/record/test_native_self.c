@@ -1,0 +1,176 @@
+/*
+ * test_native_self.c - the native unwinder (native.h) on a stack of this
+ * very test: eight calls of deep() captured from the registers getcontext()
+ * gives (native_capture_regs) and unwound with the CFI of the test's own
+ * binary and of libc. Each of these frames allocates on its stack (alloca),
+ * so its CFI finds the caller's frame through RBP, as in code built with
+ * frame pointers. Checked: every one of the eight calls, in order, leaf first,
+ * under them main, and the unwind reaching the stack's root; from the stack
+ * and instruction pointers alone (a thread asleep in a system call), where
+ * RBP is not known, the unwind says it was cut short (-EPIPE) and is never
+ * taken for a whole stack (libdw ends there with no error); a stack pointer
+ * at no mapping refused, with no capture left behind. Skipped where the
+ * build has no libdw.
+ */
+#include <alloca.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "native.h"
+
+#define DEEP 8
+#define TID  1 /* the capture's thread: any id */
+
+static struct native *n;
+
+struct result {
+        int rc;
+        size_t depth;
+        const char *names[64];
+};
+
+/*
+ * The capture, in a frame whose CFA is RBP-based (it allocates on its stack
+ * too) from its first instruction on; getcontext() returns twice, so this
+ * is never inlined.
+ */
+static void capture_and_unwind(bool full, struct result *res)
+{
+        volatile char *pad = alloca((size_t)full * 16 + 16);
+        pad[0] = 1;
+        ucontext_t uc;
+        assert_int_equal(getcontext(&uc), 0);
+        const greg_t *r = uc.uc_mcontext.gregs;
+        const uint64_t regs[NATIVE_N_REGS] = {
+            (uint64_t)r[REG_RAX], (uint64_t)r[REG_RDX], (uint64_t)r[REG_RCX], (uint64_t)r[REG_RBX],
+            (uint64_t)r[REG_RSI], (uint64_t)r[REG_RDI], (uint64_t)r[REG_RBP], (uint64_t)r[REG_RSP],
+            (uint64_t)r[REG_R8],  (uint64_t)r[REG_R9],  (uint64_t)r[REG_R10], (uint64_t)r[REG_R11],
+            (uint64_t)r[REG_R12], (uint64_t)r[REG_R13], (uint64_t)r[REG_R14], (uint64_t)r[REG_R15],
+            (uint64_t)r[REG_RIP]};
+        native_begin(n);
+        assert_int_equal(native_capture_regs(n, TID, regs, full), 0);
+        const struct native_sym *out[64];
+        res->rc = native_unwind(n, TID, out, 64, &res->depth);
+        for (size_t i = 0; i < res->depth; i++)
+                res->names[i] = out[i]->function;
+}
+
+/*
+ * Not inlined, not cloned under another name, not a tail call: eight frames
+ * named deep, each with a stack of variable size (its CFA is RBP-based).
+ */
+#if defined(__clang__)
+__attribute__((noinline))
+#else
+__attribute__((noinline, noclone))
+#endif
+static int
+deep(int k, bool full, struct result *res)
+{
+        if (k > 1) {
+                int r = deep(k - 1, full, res);
+                __asm__ volatile("" ::: "memory");
+                return r + 1;
+        }
+        capture_and_unwind(full, res);
+        return 0;
+}
+
+static void check_deep(const struct result *res)
+{
+        print_message("%d, %zu frames:", res->rc, res->depth);
+        for (size_t i = 0; i < res->depth; i++)
+                print_message(" %s", res->names[i]);
+        print_message("\n");
+        assert_true(res->rc >= 0); /* reached the root */
+        assert_true(res->depth > DEEP + 1);
+        assert_string_equal(res->names[0], "capture_and_unwind");
+        size_t i = 1;
+        for (size_t k = 0; k < DEEP; k++)
+                assert_string_equal(res->names[i + k], "deep");
+        bool has_main = false;
+        for (size_t k = i + DEEP; k < res->depth; k++)
+                has_main |= strcmp(res->names[k], "main") == 0;
+        assert_true(has_main);
+}
+
+static void test_full(void **state)
+{
+        (void)state;
+        struct result res = {0};
+        assert_int_equal(deep(DEEP, true, &res), DEEP - 1);
+        check_deep(&res);
+}
+
+static void test_sp_pc_only(void **state)
+{
+        (void)state;
+        struct result res = {0};
+        assert_int_equal(deep(DEEP, false, &res), DEEP - 1);
+        print_message("%d, %zu frames:", res.rc, res.depth);
+        for (size_t i = 0; i < res.depth; i++)
+                print_message(" %s", res.names[i]);
+        print_message("\n");
+        /* The leaf needs RBP to find its caller: cut short there, and said so. */
+        assert_int_equal(res.rc, -EPIPE);
+        assert_int_equal(res.depth, 1);
+        assert_string_equal(res.names[0], "capture_and_unwind");
+}
+
+static void test_unmapped(void **state)
+{
+        (void)state;
+        uint64_t regs[NATIVE_N_REGS] = {0};
+        regs[7] = 4096; /* the first page is never mapped */
+        regs[16] = (uint64_t)(uintptr_t)&deep;
+        native_begin(n);
+        assert_true(native_capture_regs(n, TID, regs, true) < 0);
+        assert_int_equal(native_capture_count(n), 0);
+        const struct native_sym *out[4];
+        size_t depth = 0;
+        assert_int_equal(native_unwind(n, TID, out, 4, &depth), -ENOENT);
+}
+
+static int setup(void **state)
+{
+        (void)state;
+        char err[512] = "";
+        int rc = native_open(getpid(), &n, err, sizeof(err));
+        if (rc == -ENOTSUP) {
+                print_message("%s: skipped\n", err);
+                return 0;
+        }
+        return rc;
+}
+
+static int teardown(void **state)
+{
+        (void)state;
+        native_close(n);
+        return 0;
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_full),
+            cmocka_unit_test(test_sp_pc_only),
+            cmocka_unit_test(test_unmapped),
+        };
+        int rc = setup(NULL);
+        if (rc < 0)
+                return 1;
+        if (!n)
+                return 77; /* no libdw in this build */
+        rc = cmocka_run_group_tests(tests, NULL, teardown);
+        return rc;
+}
