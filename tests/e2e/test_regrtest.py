@@ -3,7 +3,8 @@
 without it: CPython's regression tests, which ship with every interpreter.
 
 A chosen set of test files is run with `python -m test` once unprofiled,
-then under pyflame-record at 1 kHz in each mode, without and with -s (the
+then under pyflame-record at 1 kHz in each mode (the default, --blocking,
+and --native where the build has it), without and with -s (the
 test runner's own child processes recorded too), on the newest interpreter
 here and on one before 3.11. Every run must report every test case with the
 same outcome (passed, skipped, failed) as the unprofiled run, from the JUnit
@@ -105,6 +106,17 @@ def main():
         return 77
     tmp = tempfile.mkdtemp(prefix="pyflame-regrtest-")
     passed = failed = 0
+    # --native holds each thread for its registers and stack, as --blocking
+    # does, and reads /proc/PID/task/TID/syscall of those asleep: where the
+    # build has it, the same suite runs under it too.
+    modes = ["nonblocking", "blocking"]
+    probe = subprocess.run([args.record, "-q", "-f", "--native", "-o", os.path.join(tmp, "p.db"),
+                            "--", pys[0][1], "-c", "pass"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, universal_newlines=True)
+    if probe.returncode == 0:
+        modes.append("native")
+    else:
+        print("SKIP native: %s" % probe.stdout.strip()[-300:])
     try:
         for i, (label, py) in enumerate(pys):
             tests = FULL if args.full else QUICK_NEWEST if i == 0 else QUICK
@@ -117,7 +129,7 @@ def main():
                 continue
             base = outcomes(base_xml)
             print("     %s unprofiled: %s in %.0f s" % (label, summary(base), secs))
-            for mode in ("nonblocking", "blocking"):
+            for mode in modes:
                 for sub in ([], ["-s"]):
                     name = "%s %s%s" % (label, mode, " -s" if sub else "")
                     xml_path = os.path.join(tmp, "run.xml")
