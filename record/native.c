@@ -472,10 +472,17 @@ static bool cb_memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void
 static bool cb_set_initial_registers(Dwfl_Thread *thread, void *thread_arg)
 {
         const struct capture *c = thread_arg;
+        /*
+         * RIP is a register too (DWARF 16), as elfutils' own x86-64 backend
+         * sets it: a PLT entry's CFA is an expression of it (rsp + 8, + 8
+         * more past the entry's push), and without it libdw ended the
+         * unwind of a thread caught in a PLT stub at that stub.
+         */
         if (c->full) {
-                if (!dwfl_thread_state_registers(thread, 0, 16, c->regs))
+                if (!dwfl_thread_state_registers(thread, 0, N_DWARF_REGS, c->regs))
                         return false;
-        } else if (!dwfl_thread_state_registers(thread, 7, 1, &c->regs[7])) {
+        } else if (!dwfl_thread_state_registers(thread, 7, 1, &c->regs[7]) ||
+                   !dwfl_thread_state_registers(thread, 16, 1, &c->regs[16])) {
                 return false;
         }
         dwfl_thread_state_register_pc(thread, c->regs[16]);
