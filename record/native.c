@@ -721,6 +721,30 @@ static int copy_stack(struct native *n, struct capture *c, uint64_t sp)
         return 0;
 }
 
+/*
+ * Thread `tid`'s capture from `regs` (all of them when `full`, else only SP
+ * and PC) and a copy of its stack from SP up. Returns 0, or a negative
+ * errno with nothing captured.
+ */
+static int capture_from(struct native *n, pid_t tid, const uint64_t regs[N_DWARF_REGS], bool full)
+{
+        struct capture *c = capture_new(n, tid);
+        if (!c)
+                return -ENOMEM;
+        if (full) {
+                memcpy(c->regs, regs, sizeof(c->regs));
+        } else {
+                c->regs[7] = regs[7];
+                c->regs[16] = regs[16];
+        }
+        c->full = full;
+        int rc = copy_stack(n, c, regs[7]);
+        if (rc < 0)
+                return rc;
+        n->n_caps++;
+        return 0;
+}
+
 static int capture_held(struct native *n, pid_t tid);
 
 int native_capture_held(struct native *n, pid_t tid)
@@ -736,19 +760,10 @@ static int capture_held(struct native *n, pid_t tid)
         struct user_regs_struct r;
         if (ptrace(PTRACE_GETREGS, tid, NULL, &r) < 0)
                 return -errno;
-        struct capture *c = capture_new(n, tid);
-        if (!c)
-                return -ENOMEM;
         const uint64_t regs[N_DWARF_REGS] = {r.rax, r.rdx, r.rcx, r.rbx, r.rsi, r.rdi,
                                              r.rbp, r.rsp, r.r8,  r.r9,  r.r10, r.r11,
                                              r.r12, r.r13, r.r14, r.r15, r.rip};
-        memcpy(c->regs, regs, sizeof(regs));
-        c->full = true;
-        int rc = copy_stack(n, c, r.rsp);
-        if (rc < 0)
-                return rc;
-        n->n_caps++;
-        return 0;
+        return capture_from(n, tid, regs, true);
 }
 
 /*
@@ -800,41 +815,26 @@ static int capture_sleeping(struct native *n, pid_t tid)
         int rc = syscall_regs(n->pid, tid, &nr, &sp, &pc);
         if (rc < 0)
                 return rc;
-        struct capture *c = capture_new(n, tid);
-        if (!c)
-                return -ENOMEM;
-        c->regs[7] = sp;
-        c->regs[16] = pc;
-        rc = copy_stack(n, c, sp);
-        if (rc < 0)
+        uint64_t regs[N_DWARF_REGS] = {0};
+        regs[7] = sp;
+        regs[16] = pc;
+        if ((rc = capture_from(n, tid, regs, false)) < 0)
                 return rc;
         /* Still asleep where it was: the copy is of a stack that did not move. */
         uint64_t nr2, sp2, pc2;
         if (syscall_regs(n->pid, tid, &nr2, &sp2, &pc2) < 0 || nr2 != nr || sp2 != sp ||
             pc2 != pc) {
-                n->stack_len = c->off;
+                n->n_caps--;
+                n->stack_len = n->caps[n->n_caps].off;
                 return -EAGAIN;
         }
-        n->n_caps++;
         return 0;
 }
 
 int native_capture_regs(struct native *n, pid_t tid, const uint64_t regs[NATIVE_N_REGS], bool full)
 {
         long long t0 = mono_ns();
-        struct capture *c = capture_new(n, tid);
-        if (!c)
-                return -ENOMEM;
-        if (full) {
-                memcpy(c->regs, regs, sizeof(c->regs));
-        } else {
-                c->regs[7] = regs[7];
-                c->regs[16] = regs[16];
-        }
-        c->full = full;
-        int rc = copy_stack(n, c, regs[7]);
-        if (rc == 0)
-                n->n_caps++;
+        int rc = capture_from(n, tid, regs, full);
         n->st.capture_ns += (uint64_t)(mono_ns() - t0);
         return rc;
 }

@@ -105,24 +105,19 @@ static int write_capture(const char *path, const struct pyfind_target *t, struct
                          uint32_t n_tasks, uint32_t n_threads)
 {
         qsort(k->v, k->n, sizeof(*k->v), by_addr);
-        size_t n_regions = 0;
-        for (size_t i = 0; i < k->n; n_regions++) {
-                uint64_t end = k->v[i].addr + k->v[i].len;
-                for (i++; i < k->n && k->v[i].addr <= end; i++)
-                        if (k->v[i].addr + k->v[i].len > end)
-                                end = k->v[i].addr + k->v[i].len;
-        }
         FILE *f = fopen(path, "wb");
         if (!f)
                 return -errno;
-        uint32_t head[5] = {(uint32_t)sizeof(*t), CAPTURE_SAMPLES, n_tasks, n_threads,
-                            (uint32_t)n_regions};
+        /* The number of regions is known once they are written: 0 until then. */
+        uint32_t head[5] = {(uint32_t)sizeof(*t), CAPTURE_SAMPLES, n_tasks, n_threads, 0};
         int rc = put(f, CAPTURE_MAGIC, 8);
         rc = rc ? rc : put(f, head, sizeof(head[0]));
         rc = rc ? rc : put(f, t, sizeof(*t));
+        long count_at = ftell(f) + 3 * (long)sizeof(head[0]);
         rc = rc ? rc : put(f, head + 1, 4 * sizeof(head[0]));
         uint8_t *buf = NULL;
-        for (size_t i = 0; rc == 0 && i < k->n;) {
+        uint32_t n_regions = 0;
+        for (size_t i = 0; rc == 0 && i < k->n; n_regions++) {
                 uint64_t start = k->v[i].addr, end = start + k->v[i].len;
                 size_t j = i + 1;
                 for (; j < k->n && k->v[j].addr <= end; j++)
@@ -143,6 +138,8 @@ static int write_capture(const char *path, const struct pyfind_target *t, struct
                 i = j;
         }
         free(buf);
+        if (rc == 0 && (fseek(f, count_at, SEEK_SET) != 0 || put(f, &n_regions, 4) < 0))
+                rc = -EIO;
         if (fclose(f) != 0 && rc == 0)
                 rc = -errno;
         return rc < 0 ? rc : 0;

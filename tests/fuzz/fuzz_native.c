@@ -32,9 +32,6 @@
  * fuzz-native (fixed seed), or build-fuzz/tests/fuzz/fuzz_native -max_len=512
  * -max_total_time=3600 DIR.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* REG_RIP and the rest of ucontext's register names */
-#endif
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -47,6 +44,7 @@
 
 #include "fuzzin.h"
 #include "native.h"
+#include "ucregs.h"
 
 const char fuzz_name[] = "fuzz_native";
 
@@ -138,13 +136,8 @@ __attribute__((noinline)) static int deep(int k)
         }
         ucontext_t uc;
         CHECK(getcontext(&uc) == 0, "getcontext: %s", strerror(errno));
-        const greg_t *r = uc.uc_mcontext.gregs;
-        const uint64_t regs[NATIVE_N_REGS] = {
-            (uint64_t)r[REG_RAX], (uint64_t)r[REG_RDX], (uint64_t)r[REG_RCX], (uint64_t)r[REG_RBX],
-            (uint64_t)r[REG_RSI], (uint64_t)r[REG_RDI], (uint64_t)r[REG_RBP], (uint64_t)r[REG_RSP],
-            (uint64_t)r[REG_R8],  (uint64_t)r[REG_R9],  (uint64_t)r[REG_R10], (uint64_t)r[REG_R11],
-            (uint64_t)r[REG_R12], (uint64_t)r[REG_R13], (uint64_t)r[REG_R14], (uint64_t)r[REG_R15],
-            (uint64_t)r[REG_RIP]};
+        uint64_t regs[NATIVE_N_REGS];
+        ucregs(&uc, regs);
         memcpy(g.regs, regs, sizeof(regs));
         g.base = regs[7];
         uint64_t end = stack_end(g.base);

@@ -26,6 +26,7 @@
 #include <cmocka.h>
 
 #include "native.h"
+#include "ucregs.h"
 
 #define DEEP 8
 #define TID  1 /* the capture's thread: any id */
@@ -49,13 +50,8 @@ static void capture_and_unwind(bool full, struct result *res)
         pad[0] = 1;
         ucontext_t uc;
         assert_int_equal(getcontext(&uc), 0);
-        const greg_t *r = uc.uc_mcontext.gregs;
-        const uint64_t regs[NATIVE_N_REGS] = {
-            (uint64_t)r[REG_RAX], (uint64_t)r[REG_RDX], (uint64_t)r[REG_RCX], (uint64_t)r[REG_RBX],
-            (uint64_t)r[REG_RSI], (uint64_t)r[REG_RDI], (uint64_t)r[REG_RBP], (uint64_t)r[REG_RSP],
-            (uint64_t)r[REG_R8],  (uint64_t)r[REG_R9],  (uint64_t)r[REG_R10], (uint64_t)r[REG_R11],
-            (uint64_t)r[REG_R12], (uint64_t)r[REG_R13], (uint64_t)r[REG_R14], (uint64_t)r[REG_R15],
-            (uint64_t)r[REG_RIP]};
+        uint64_t regs[NATIVE_N_REGS];
+        ucregs(&uc, regs);
         native_begin(n);
         assert_int_equal(native_capture_regs(n, TID, regs, full), 0);
         const struct native_sym *out[64];
