@@ -64,7 +64,6 @@ extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *st
 #define RULE_MAX       (1u << 16) /* PCs whose CFI rule is cached before the cache starts over */
 #define LINE_BYTES     64u
 #define LINE_SLOTS     64u
-#define SYM_MAX        (1u << 20)    /* distinct addresses named before the cache starts over */
 #define REFRESH_NS     100000000LL   /* at most ten readings of the maps a second... */
 #define REFRESH_NEW_NS 5000000LL     /* ...or 200 for addresses mapped since the last one */
 #define SYM_NO_MODULE  0x100u        /* native_sym.flags, ours: the address was in no module */
@@ -154,9 +153,27 @@ bool native_is_plumbing(const char *name)
 int native_merge(const struct native_sym *const *nat, size_t n_nat, const struct pywalk_frame *py,
                  size_t n_py, unsigned flags, struct native_merged *out, size_t cap)
 {
-        size_t p = 0, n = 0;
+        /*
+         * Only the innermost eval call can be in its prologue or epilogue,
+         * where its Python frame is not linked yet (or no longer): with one
+         * eval call more than runs of Python frames, it is that one, and it
+         * is shown as the native frame it then is.
+         */
+        size_t n_eval = 0, n_runs = 0, p = 0, n = 0;
+        for (size_t i = 0; i < n_nat; i++)
+                n_eval += (nat[i]->flags & NATIVE_SYM_EVAL) != 0;
+        for (size_t i = 0; i < n_py; i++)
+                n_runs += py[i].entry;
+        bool unlinked = n_eval == n_runs + 1;
         for (size_t i = 0; i < n_nat; i++) {
                 const struct native_sym *s = nat[i];
+                if ((s->flags & NATIVE_SYM_EVAL) && unlinked) {
+                        unlinked = false;
+                        if (n == cap)
+                                return -E2BIG;
+                        out[n++] = (struct native_merged){s, NULL};
+                        continue;
+                }
                 if (s->flags & NATIVE_SYM_EVAL) {
                         if (p >= n_py)
                                 return -EPIPE; /* more eval calls than Python ran */
@@ -576,13 +593,9 @@ int native_open(pid_t pid, struct native **out, char *err, size_t errlen)
         return 0;
 }
 
-void native_close(struct native *n)
+/* Free every name entry (the tables that point to them are the caller's to clear). */
+static void syms_free(struct native *n)
 {
-        if (!n)
-                return;
-        if (n->dwfl)
-                dwfl_end(n->dwfl);
-        free(n->debuginfo_path);
         for (size_t i = 0; i < n->n_all; i++) {
                 struct native_sym *e = n->all[i];
                 free((char *)e->function);
@@ -590,6 +603,17 @@ void native_close(struct native *n)
                 free((char *)e->module);
                 free(e);
         }
+        n->n_all = 0;
+}
+
+void native_close(struct native *n)
+{
+        if (!n)
+                return;
+        if (n->dwfl)
+                dwfl_end(n->dwfl);
+        free(n->debuginfo_path);
+        syms_free(n);
         free(n->all);
         free(n->keys);
         free(n->vals);
@@ -1074,11 +1098,10 @@ static struct native_sym *sym_make(struct native *n, uint64_t addr)
                 /*
                  * Source lines cost the module's DWARF (loaded, perhaps
                  * decompressed, the first time): not for the frames a merged
-                 * stack drops, the eval loop's and, unless kept, the
-                 * plumbing's.
+                 * stack drops, the plumbing's unless kept. (The eval loop's
+                 * are shown where their Python frame is not linked.)
                  */
-                bool lines = !(e->flags & NATIVE_SYM_EVAL) &&
-                             !((e->flags & NATIVE_SYM_PLUMBING) && !n->keep_plumbing);
+                bool lines = !((e->flags & NATIVE_SYM_PLUMBING) && !n->keep_plumbing);
                 if (lines && !outer_call_site(mod, addr, &file, &line)) {
                         Dwfl_Line *dl = dwfl_module_getsrc(mod, addr);
                         int lineno = 0;
@@ -1122,8 +1145,6 @@ static const struct native_sym *symbolize(struct native *n, uint64_t addr)
                         return n->vals[j];
                 j = (j + 1) & (n->sym_cap - 1);
         }
-        if (n->n_all >= SYM_MAX)
-                return NULL;
         if (n->n_all == n->cap_all) {
                 size_t cap = n->cap_all ? 2 * n->cap_all : 1024;
                 struct native_sym **p = realloc(n->all, cap * sizeof(*p));
@@ -1142,6 +1163,21 @@ static const struct native_sym *symbolize(struct native *n, uint64_t addr)
         n->sym_n++;
         n->st.symbols++;
         return e;
+}
+
+bool native_trim(struct native *n, size_t max_names)
+{
+        if (n->n_all <= max_names)
+                return false;
+        syms_free(n);
+        n->next_id = 1;
+        if (n->sym_cap) {
+                memset(n->keys, 0, n->sym_cap * sizeof(*n->keys));
+                memset(n->vals, 0, n->sym_cap * sizeof(*n->vals));
+        }
+        n->sym_n = 0;
+        n->st.sym_resets++;
+        return true;
 }
 
 /* ---- CFI rules, cached per PC ----------------------------------------------------- */
@@ -1535,6 +1571,13 @@ void native_get_stats(const struct native *n, struct native_stats *st)
 void native_keep_plumbing(struct native *n)
 {
         (void)n;
+}
+
+bool native_trim(struct native *n, size_t max_names)
+{
+        (void)n;
+        (void)max_names;
+        return false;
 }
 
 #endif

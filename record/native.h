@@ -111,6 +111,7 @@ struct native_stats {
         uint64_t frames;        /* frames unwound */
         uint64_t extra_reads;   /* reads outside the copied stack */
         uint64_t symbols;       /* distinct addresses named */
+        uint64_t sym_resets;    /* native_trim() forgot the names */
         uint64_t refreshes;     /* mappings read again (a library was loaded) */
         uint64_t capture_ns;    /* wall time in native_capture_*() (the threads held) */
         uint64_t unwind_ns;     /* wall time in native_unwind() */
@@ -120,6 +121,16 @@ struct native_stats {
         uint64_t cfi_fallbacks; /* unwinds the cached rules left to libdw */
 };
 void native_get_stats(const struct native *n, struct native_stats *st);
+
+/*
+ * Forget every name when more than `max_names` addresses have been named
+ * (a program that keeps loading code, or a JIT's, never stops adding new
+ * ones), so that the cache stays bounded; they are named again as they are
+ * met. Returns true when it forgot them: every native_sym given out before
+ * is freed, and ids start again from 1, so a caller keyed by them must
+ * forget its keys too. Between unwinds only.
+ */
+bool native_trim(struct native *n, size_t max_names);
 
 /*
  * Name the plumbing frames with their source lines too (they are kept in
@@ -142,7 +153,11 @@ struct native_merged {
  * the same thread at the same instant (py[0..n_py), leaf first): each eval
  * loop frame of the native stack is replaced by the Python frames it was
  * running, from the next one up to the next frame marked `entry`
- * (pywalk.h), and plumbing is dropped unless `flags` keeps it. Writes the
+ * (pywalk.h), and plumbing is dropped unless `flags` keeps it. With one
+ * eval frame more than runs of Python frames, the innermost is kept as a
+ * native frame: the thread is in that call's prologue or epilogue, where
+ * its Python frame is not linked (entering or leaving a generator, say,
+ * which a loop over one does at every item). Writes the
  * merged stack, leaf first, into out[0..cap) and returns its depth; returns
  * -EPIPE when the two do not fit together (an eval frame with no Python
  * frames left, a run of Python frames that does not end at an entry frame,

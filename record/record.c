@@ -771,6 +771,7 @@ static void stats_add(struct sampler_stats *sum, const struct sampler_stats *st)
         sum->native_capture_bytes += st->native_capture_bytes;
         sum->native_frames += st->native_frames;
         sum->native_symbols += st->native_symbols;
+        sum->native_sym_resets += st->native_sym_resets;
 }
 
 /* A sampler opened: give it what the recording shares with every sampler. */
@@ -2221,6 +2222,7 @@ static int finish_trace(struct recording *r, int status)
                                           (int64_t)c->native_warm_unwind_ns);
                 trace_writer_set_meta_int(w, "native_frames", (int64_t)c->native_frames);
                 trace_writer_set_meta_int(w, "native_symbols", (int64_t)c->native_symbols);
+                trace_writer_set_meta_int(w, "native_symbol_resets", (int64_t)c->native_sym_resets);
                 trace_writer_set_meta_int(w, "native_cfi_rules", (int64_t)c->native_cfi_rules);
                 trace_writer_set_meta_int(w, "native_cfi_fallbacks",
                                           (int64_t)c->native_cfi_fallbacks);

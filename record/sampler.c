@@ -261,6 +261,7 @@ void sampler_get_stats(const struct sampler *s, struct sampler_stats *st)
                 st->native_cfi_rules = ns.cfi_rules;
                 st->native_cfi_fallbacks = ns.cfi_fallbacks;
                 st->native_capture_bytes = ns.capture_bytes;
+                st->native_sym_resets = ns.sym_resets;
         }
 }
 
@@ -801,11 +802,20 @@ static int frame_id(struct sampler *s, const struct pywalk_frame *f, uint32_t *o
  */
 #define CACHE_MAX_ENTRIES (1u << 16)
 #define CACHE_MAX_KEYS    (8u << 20) /* bytes of stack keys */
+#define NATIVE_NAMES_MAX  (1u << 20) /* addresses native.c names before it forgets them */
 
 static void caches_trim(struct sampler *s)
 {
-        if (s->frame_n <= CACHE_MAX_ENTRIES && s->stack_n <= CACHE_MAX_ENTRIES &&
-            s->stack_keys.len <= CACHE_MAX_KEYS)
+        /*
+         * --native: the native frames' codes are keyed by native.c's name
+         * ids, which start again from 1 when it forgets its names: the
+         * frame and stack caches keyed by them go with them.
+         */
+        bool names_forgotten = s->native && native_trim(s->native, NATIVE_NAMES_MAX);
+        if (names_forgotten && s->ncodes)
+                memset(s->ncodes, 0, s->cap_ncodes * sizeof(*s->ncodes));
+        if (!names_forgotten && s->frame_n <= CACHE_MAX_ENTRIES &&
+            s->stack_n <= CACHE_MAX_ENTRIES && s->stack_keys.len <= CACHE_MAX_KEYS)
                 return;
         free(s->frame_keys);
         free(s->frame_vals);

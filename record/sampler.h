@@ -44,6 +44,7 @@ struct sampler_stats {
         uint64_t native_captures, native_capture_ns, native_unwinds, native_unwind_ns;
         uint64_t native_warm_unwinds, native_warm_unwind_ns, native_frames, native_symbols;
         uint64_t native_cfi_rules, native_cfi_fallbacks, native_capture_bytes;
+        uint64_t native_sym_resets;
 };
 
 /*

@@ -80,6 +80,38 @@ static void test_merge_runs(void **state)
         assert_string_equal(buf, "nat_spin inner nat_callback outer <module>");
 }
 
+/*
+ * One eval frame more than runs of Python frames: the innermost eval call is
+ * in its prologue or epilogue (entering or leaving a generator), its frame
+ * not linked; it is kept as the native frame it is, the others merged.
+ */
+static void test_merge_unlinked(void **state)
+{
+        (void)state;
+        struct native_merged out[16];
+        char buf[256];
+        /* Before 3.11: outer called a C function that is entering the eval loop. */
+        const struct pywalk_frame py[] = {{&c_outer, 6, true}, {&c_mod, 9, true}};
+        const struct native_sym *nat[] = {&spin, &eval, &call, &cb, &eval, &eval, &main_};
+        int n = native_merge(nat, 7, py, 2, 0, out, 16);
+        assert_int_equal(n, 5);
+        joined(out, n, buf, sizeof(buf));
+        assert_string_equal(buf, "nat_spin _PyEval_EvalFrameDefault nat_callback outer <module>");
+        /* 3.11+: one run for outer and <module>. */
+        const struct pywalk_frame run[] = {{&c_outer, 6, false}, {&c_mod, 9, true}};
+        const struct native_sym *nat11[] = {&eval, &cb, &eval, &main_};
+        n = native_merge(nat11, 4, run, 2, 0, out, 16);
+        joined(out, n, buf, sizeof(buf));
+        assert_string_equal(buf, "_PyEval_EvalFrameDefault nat_callback outer <module>");
+        /* The first frame of a thread, before it is linked: no Python at all yet. */
+        const struct native_sym *first[] = {&eval, &main_};
+        n = native_merge(first, 2, NULL, 0, 0, out, 16);
+        joined(out, n, buf, sizeof(buf));
+        assert_string_equal(buf, "_PyEval_EvalFrameDefault");
+        /* No room for it. */
+        assert_int_equal(native_merge(first, 2, NULL, 0, 0, out, 0), -E2BIG);
+}
+
 /* Stacks that do not fit are refused, never merged. */
 static void test_merge_unmatched(void **state)
 {
@@ -89,9 +121,9 @@ static void test_merge_unmatched(void **state)
         /* Fewer eval frames than Python calls: Python frames left over. */
         const struct native_sym *one[] = {&spin, &eval, &main_};
         assert_int_equal(native_merge(one, 3, py, 2, 0, out, 16), -EPIPE);
-        /* More eval frames than Python ran. */
-        const struct native_sym *three[] = {&eval, &eval, &eval};
-        assert_int_equal(native_merge(three, 3, py, 2, 0, out, 16), -EPIPE);
+        /* Two eval frames more than Python ran (one is the innermost's window). */
+        const struct native_sym *four[] = {&eval, &eval, &eval, &eval};
+        assert_int_equal(native_merge(four, 4, py, 2, 0, out, 16), -EPIPE);
         /* A run of frames that does not end at an entry frame. */
         const struct pywalk_frame open_run[] = {{&c_inner, 3, false}, {&c_outer, 6, false}};
         const struct native_sym *e1[] = {&eval};
@@ -124,9 +156,8 @@ static void test_names(void **state)
 int main(void)
 {
         const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_merge_per_frame),
-            cmocka_unit_test(test_merge_runs),
-            cmocka_unit_test(test_merge_unmatched),
+            cmocka_unit_test(test_merge_per_frame), cmocka_unit_test(test_merge_runs),
+            cmocka_unit_test(test_merge_unlinked),  cmocka_unit_test(test_merge_unmatched),
             cmocka_unit_test(test_names),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -9,7 +9,8 @@
  * and instruction pointers alone (a thread asleep in a system call), where
  * RBP is not known, the unwind says it was cut short (-EPIPE) and is never
  * taken for a whole stack (libdw ends there with no error); a stack pointer
- * at no mapping refused, with no capture left behind. Skipped where the
+ * at no mapping refused, with no capture left behind; the names forgotten
+ * past a bound (native_trim) and named again, ids from 1. Skipped where the
  * build has no libdw.
  */
 #include <alloca.h>
@@ -19,6 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -36,7 +38,8 @@ static struct native *n;
 struct result {
         int rc;
         size_t depth;
-        const char *names[64];
+        char names[64][128]; /* copies: native_trim() frees the entries */
+        uint32_t ids[64];
 };
 
 /*
@@ -56,8 +59,10 @@ static void capture_and_unwind(bool full, struct result *res)
         assert_int_equal(native_capture_regs(n, TID, regs, full), 0);
         const struct native_sym *out[64];
         res->rc = native_unwind(n, TID, out, 64, &res->depth);
-        for (size_t i = 0; i < res->depth; i++)
-                res->names[i] = out[i]->function;
+        for (size_t i = 0; i < res->depth; i++) {
+                snprintf(res->names[i], sizeof(res->names[i]), "%s", out[i]->function);
+                res->ids[i] = out[i]->id;
+        }
 }
 
 /*
@@ -136,6 +141,42 @@ static void test_unmapped(void **state)
         assert_int_equal(native_unwind(n, TID, out, 4, &depth), -ENOENT);
 }
 
+static void test_trim(void **state)
+{
+        (void)state;
+        struct result res[3] = {{0}};
+        struct native_stats st;
+        uint64_t named = 0, resets = 0;
+        /* One call site, so that the three unwinds meet the same addresses. */
+        for (volatile int k = 0; k < 3; k++) { /* volatile: not peeled */
+                if (k == 1)                    /* within the bound: nothing forgotten */
+                        assert_false(native_trim(n, (size_t)named));
+                if (k == 2) { /* past it: forgotten (ASan sees any entry still used) */
+                        assert_true(native_trim(n, 1));
+                        native_get_stats(n, &st);
+                        assert_int_equal(st.sym_resets, resets + 1);
+                }
+                deep(DEEP, true, &res[k]);
+                check_deep(&res[k]);
+                native_get_stats(n, &st);
+                if (k == 0)
+                        named = st.symbols, resets = st.sym_resets;
+                if (k == 1) /* nothing named twice */
+                        assert_int_equal(st.symbols, named);
+        }
+        /* Named again, the same names, ids from 1 (the leaf is named first). */
+        assert_int_equal(res[2].depth, res[0].depth);
+        for (size_t i = 0; i < res[2].depth; i++)
+                assert_string_equal(res[2].names[i], res[0].names[i]);
+        assert_int_equal(res[2].ids[0], 1);
+        uint32_t distinct = 0;
+        for (size_t i = 0; i < res[2].depth; i++)
+                distinct = res[2].ids[i] > distinct ? res[2].ids[i] : distinct;
+        native_get_stats(n, &st);
+        assert_int_equal(st.symbols, named + distinct);
+        assert_false(native_trim(n, 64)); /* one unwind's names, under a bound of 64 */
+}
+
 static int setup(void **state)
 {
         (void)state;
@@ -161,6 +202,7 @@ int main(void)
             cmocka_unit_test(test_full),
             cmocka_unit_test(test_sp_pc_only),
             cmocka_unit_test(test_unmapped),
+            cmocka_unit_test(test_trim),
         };
         int rc = setup(NULL);
         if (rc < 0)
