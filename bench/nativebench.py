@@ -7,8 +7,9 @@ deep and spins: with the interpreter's own frames below, about 20 native
 frames on 3.11+ (one eval loop activation runs every Python frame), more
 before (each Python call is a few C frames). For each interpreter given:
   1. the recorder's CPU time per sample (meta recorder_cpu_ns / samples) with
-     --native, beside --blocking without native stacks, the default mode and
-     --no-bpf, in the same run (the four alternate on one workload process,
+     --native, beside --blocking without native stacks, the default mode,
+     --no-bpf, --bpf and --bpf --native (native stacks copied in the
+     sampling interrupt, no thread held), in the same run (the four alternate on one workload process,
      --rounds times each); and the same in the steady state: the recorder's
      CPU time (every thread's schedstat) from 1 s after it starts to 0.5 s
      before it ends, over the samples the trace holds in that window. The
@@ -19,7 +20,10 @@ before (each Python call is a few C frames). For each interpreter given:
      thread sample, and the unwinding per stack, warm (no address named for
      the first time) and overall;
   3. the workload's slowdown at --rate (default 100 Hz): fixed work timed
-     unprofiled, under --blocking and under --native, interleaved, medians.
+     unprofiled, under --blocking, --native and --bpf --native, interleaved,
+     medians.
+For --bpf modes the in-kernel program's own time per sample (meta
+bpf_run_ns) is printed beside the recorder's and added to it.
 The workload runs on CPU 0, the recorder on CPU 1 (taskset) when there are
 two. Usage:
 
@@ -163,7 +167,7 @@ def record(args, pid, db, mode, secs):
     before it ends (attaching, reading symbol tables and finishing the trace are
     left out: costs of a recording, not of a sample)."""
     cmd = pin(1) + [args.record, "-q", "-f", "-r", str(args.rate), "-d", str(secs), "-o", db,
-                    "-p", str(pid)] + ([mode] if mode else [])
+                    "-p", str(pid)] + (mode.split() if mode else [])
     rec = subprocess.Popen(cmd)
     time.sleep(1.0)
     c0, t0 = cpu_ns(rec.pid), time.monotonic()
@@ -186,7 +190,7 @@ def timed(args, py, work, iters, mode):
     cmd = pin(0) + [py, os.path.join(work, "work.py"), work, "fixed", str(iters)]
     if mode:
         cmd = pin(1) + [args.record, "-q", "-f", "-r", str(args.rate), "-o",
-                        os.path.join(work, "slow.db"), "--" + mode, "--"] + cmd
+                        os.path.join(work, "slow.db")] + mode.split() + ["--"] + cmd
     out = subprocess.run(cmd, stdout=subprocess.PIPE, universal_newlines=True, check=True)
     return float(out.stdout.strip().splitlines()[-1])
 
@@ -201,7 +205,7 @@ def bench(args, py):
     assert p.stdout.readline().strip() == "ready"
     time.sleep(0.3)
     modes = (("default", None), ("no-bpf", "--no-bpf"), ("blocking", "--blocking"),
-             ("native", "--native"))
+             ("native", "--native"), ("bpf", "--bpf"), ("bpf-native", "--bpf --native"))
     rows = {name: [] for name, _ in modes}
     try:
         for _ in range(args.rounds):
@@ -218,33 +222,49 @@ def bench(args, py):
         ms = rows[name]
         cpu = [per(m, "recorder_cpu_ns", "samples") for m in ms]
         steady = [m["steady_cpu_us"] for m in ms]
-        print("  %-9s %6.1f (%s) | %6.1f (%s)" % (
+        # --bpf: the program's own time in the kernel (meta bpf_run_ns) is the rest.
+        prog = [per(m, "bpf_run_ns", "samples") for m in ms] if name.startswith("bpf") else None
+        print("  %-10s %6.1f (%s) | %6.1f (%s)%s" % (
             name, statistics.median(cpu), ", ".join("%.1f" % c for c in cpu),
-            statistics.median(steady), ", ".join("%.1f" % c for c in steady)))
-    ms = rows["native"]
-    frames = [int(m.get("native_frames") or 0) / max(1, int(m.get("native_unwinds") or 0))
-              for m in ms]
-    print("  --native  native frames per stack (unwound): %.1f" % statistics.median(frames))
-    print("  --native  capture while held, per thread: median %.1f us" % statistics.median(
-        [per(m, "native_capture_ns", "native_captures") for m in ms]))
-    print("  --native  unwinding per stack, warm: median %.1f us; overall %.1f us" % (
-        statistics.median([per(m, "native_warm_unwind_ns", "native_warm_unwinds") for m in ms]),
-        statistics.median([per(m, "native_unwind_ns", "native_unwinds") for m in ms])))
-    print("  --native  unmatched stacks: %s of %s samples" % (
-        sum(int(m.get("native_unmatched") or 0) for m in ms),
-        sum(int(m.get("samples") or 0) for m in ms)))
+            statistics.median(steady), ", ".join("%.1f" % c for c in steady),
+            "" if prog is None else " + in the kernel %.1f (%s) = %.1f steady" % (
+                statistics.median(prog), ", ".join("%.1f" % c for c in prog),
+                statistics.median([a + b for a, b in zip(steady, prog)]))))
+    for name in ("native", "bpf-native"):
+        native_rows(name, rows[name])
     # Slowdown: fixed work, interleaved, medians.
     iters = args.iters
-    t = {None: [], "blocking": [], "native": []}
+    t = {None: [], "--blocking": [], "--native": [], "--bpf --native": []}
     for _ in range(args.rounds):
-        for mode in (None, "blocking", "native"):
+        for mode in t:
             t[mode].append(timed(args, py, work, iters, mode))
     base = statistics.median(t[None])
-    for mode in ("blocking", "native"):
-        print("  --%-9s target slowdown at %g Hz: %.3fx (%.2f s vs %.2f s unprofiled)" % (
+    for mode in ("--blocking", "--native", "--bpf --native"):
+        print("  %-14s target slowdown at %g Hz: %.3fx (%.2f s vs %.2f s unprofiled)" % (
             mode, args.rate, statistics.median(t[mode]) / base, statistics.median(t[mode]),
             base))
     sys.stdout.flush()
+
+
+def native_rows(name, ms):
+    tag = "--" + name.replace("-", " --")
+    frames = [int(m.get("native_frames") or 0) / max(1, int(m.get("native_unwinds") or 0))
+              for m in ms]
+    print("  %-14s native frames per stack (unwound): %.1f" % (tag, statistics.median(frames)))
+    if name == "native":
+        print("  %-14s capture while held, per thread: median %.1f us" % (
+            tag, statistics.median([per(m, "native_capture_ns", "native_captures") for m in ms])))
+    else:
+        print("  %-14s stack copied in the interrupt: median %.0f bytes" % (
+            tag, statistics.median([int(m.get("native_capture_bytes") or 0) /
+                                    max(1, int(m.get("native_captures") or 0)) for m in ms])))
+    print("  %-14s unwinding per stack, warm: median %.1f us; overall %.1f us" % (
+        tag,
+        statistics.median([per(m, "native_warm_unwind_ns", "native_warm_unwinds") for m in ms]),
+        statistics.median([per(m, "native_unwind_ns", "native_unwinds") for m in ms])))
+    print("  %-14s unmatched stacks: %s of %s samples" % (
+        tag, sum(int(m.get("native_unmatched") or 0) for m in ms),
+        sum(int(m.get("samples") or 0) for m in ms)))
 
 
 def main():

@@ -64,6 +64,7 @@ char LICENSE[] SEC("license") = "GPL";
 #endif
 
 /* Set by the recorder before loading. */
+volatile const __u32 native_bytes = 0;       /* --native: stack bytes to copy, 0: none */
 volatile const __u64 ns_dev = 0, ns_ino = 0; /* its PID namespace */
 volatile const __u32 arm_tgid = 0;           /* its own process (host PID), for `arm` */
 volatile const __u64 period_ns = 10000000;
@@ -105,6 +106,14 @@ struct {
         __type(key, __u32);
         __type(value, struct scratch);
 } scratch SEC(".maps");
+
+/* --native: where a capture is built, one per CPU (the recorder sizes it). */
+struct {
+        __uint(type, BPF_MAP_TYPE_ARRAY);
+        __uint(max_entries, 1);
+        __type(key, __u32);
+        __type(value, struct bpfw_native);
+} nscratch SEC(".maps");
 
 struct {
         __uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -148,6 +157,89 @@ static __always_inline int current_exiting(void)
         struct task_struct___pf *t = (void *)bpf_get_current_task();
         return BPF_CORE_READ(t, flags) & PF_EXITING;
 }
+
+#if defined(__TARGET_ARCH_x86)
+struct pt_regs___pf {
+        unsigned long r15, r14, r13, r12, bp, bx, r11, r10, r9, r8, ax, cx, dx, si, di, ip, sp;
+} __attribute__((preserve_access_index));
+
+/*
+ * --native: the interrupted thread's user registers (saved where it
+ * entered the kernel: the interrupt itself, or the system call it is in)
+ * and its stack from SP up, page by page until a page cannot be read (the
+ * end of the stack, or one not resident), sent ahead of its sample.
+ */
+static __always_inline void native_send(__u32 pid, __u32 tid, __u16 flags, struct bpfw_cpu *c)
+{
+        if (!native_bytes)
+                return;
+        __u32 cpu = bpf_get_smp_processor_id();
+        struct bpfw_native *nv = bpf_map_lookup_elem(&nscratch, &cpu);
+        if (!nv)
+                return;
+        /* (A BTF pointer: its fields are loaded directly, each relocated by CO-RE.) */
+        struct pt_regs___pf *r = (void *)bpf_task_pt_regs(bpf_get_current_task_btf());
+        if (!r)
+                return;
+        nv->time_ns = bpf_ktime_get_ns();
+        nv->pid = pid;
+        nv->tid = tid;
+        nv->flags = BPFW_F_NATIVE | flags;
+        nv->status = BPFW_OK;
+        nv->regs[0] = r->ax;
+        nv->regs[1] = r->dx;
+        nv->regs[2] = r->cx;
+        nv->regs[3] = r->bx;
+        nv->regs[4] = r->si;
+        nv->regs[5] = r->di;
+        nv->regs[6] = r->bp;
+        nv->regs[7] = r->sp;
+        nv->regs[8] = r->r8;
+        nv->regs[9] = r->r9;
+        nv->regs[10] = r->r10;
+        nv->regs[11] = r->r11;
+        nv->regs[12] = r->r12;
+        nv->regs[13] = r->r13;
+        nv->regs[14] = r->r14;
+        nv->regs[15] = r->r15;
+        nv->regs[16] = r->ip;
+        __u64 sp = nv->regs[7];
+        __u32 want = native_bytes < BPFW_NATIVE_MAX ? native_bytes : BPFW_NATIVE_MAX;
+        __u32 got = 0;
+        for (int i = 0; i < BPFW_NATIVE_MAX / BPFW_NATIVE_PAGE + 1; i++) {
+                if (got >= want)
+                        break;
+                __u64 a = sp + got;
+                __u32 chunk = BPFW_NATIVE_PAGE - (__u32)(a & (BPFW_NATIVE_PAGE - 1));
+                if (chunk > want - got)
+                        chunk = want - got;
+                if (chunk == 0)
+                        break;
+                /* Bounded where the call is, in a form the verifier follows: 1 to a page. */
+                __u32 size = ((chunk - 1) & (BPFW_NATIVE_PAGE - 1)) + 1;
+                __u32 off = got & (BPFW_NATIVE_MAX - 1);
+                asm volatile("" : "+r"(size), "+r"(off));
+                size = ((size - 1) & (BPFW_NATIVE_PAGE - 1)) + 1;
+                off &= BPFW_NATIVE_MAX - 1;
+                if (bpf_probe_read_user(nv->stack + off, size, (const void *)a) < 0)
+                        break;
+                got += size;
+        }
+        nv->len = got;
+        if (!got)
+                nv->status = BPFW_FAULT;
+        __u64 size = BPFW_NATIVE_HEAD + (__u64)got;
+        if (size > sizeof(*nv))
+                size = sizeof(*nv);
+        /* Never a wake-up of its own: the sample that follows decides (sample()). */
+        if (bpf_ringbuf_output(&events, nv, size, BPF_RB_NO_WAKEUP) < 0)
+                c->lost++;
+}
+#else
+static __always_inline void native_send(__u32 pid, __u32 tid, __u16 flags, struct bpfw_cpu *c)
+{
+}
+#endif
 
 /* Whether the GIL is held, and by whom (0: unknown or not held). */
 static __always_inline __u64 gil_holder(const struct bpfw_proc *p, __u16 *flags)
@@ -218,6 +310,7 @@ static __always_inline void sample(struct bpfw_cpu *c)
                 int found = bpfw_find_thread(p, self, &tstate);
                 if (found == 0) {
                         c->not_python++; /* no Python state: not Python's time */
+                        native_send(pid, tid, BPFW_F_NO_PYTHON, c); /* but C's, under --native */
                         return;
                 }
                 if (found > 0) {
@@ -226,6 +319,7 @@ static __always_inline void sample(struct bpfw_cpu *c)
                 }
         }
         c->samples++;
+        native_send(pid, tid, 0, c);
         if (!tstate) {
                 e->status = th ? BPFW_STALE : BPFW_NO_THREAD;
         } else {

@@ -6,6 +6,7 @@
 #include "bpfwalk.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdio.h>
@@ -29,6 +30,7 @@ struct bpfwalk {
         struct bpfwalk_bpf *skel;
         struct ring_buffer *rb;
         bpfwalk_event_fn fn; /* of the poll under way */
+        bpfwalk_native_fn native_fn;
         void *ctx;
         int fn_rc;
         unsigned ncpus;
@@ -39,6 +41,16 @@ static int on_event(void *ctx, void *data, size_t size)
 {
         struct bpfwalk *b = ctx;
         const struct bpfw_event *e = data;
+        if (size >= BPFW_EVENT_HEAD && (e->flags & BPFW_F_NATIVE)) {
+                const struct bpfw_native *nv = data;
+                if (size < BPFW_NATIVE_HEAD || nv->len > BPFW_NATIVE_MAX ||
+                    BPFW_NATIVE_HEAD + (size_t)nv->len > size || !b->native_fn)
+                        return 0;
+                int rc = b->native_fn(b->ctx, nv);
+                if (rc < 0)
+                        b->fn_rc = rc;
+                return rc < 0 ? rc : 0;
+        }
         if (size < BPFW_EVENT_HEAD || e->depth > BPFW_MAX_DEPTH ||
             BPFW_EVENT_HEAD + (size_t)e->depth * sizeof(struct bpfw_frame) > size)
                 return 0; /* cannot happen: the program sends whole events */
@@ -76,8 +88,11 @@ static unsigned arm_cpus(struct bpfwalk *b)
         return armed;
 }
 
-int bpfwalk_open(double rate_hz, int64_t start_ns, struct bpfwalk **out, char *err, size_t errlen)
+int bpfwalk_open(double rate_hz, int64_t start_ns, uint32_t native_bytes, struct bpfwalk **out,
+                 char *err, size_t errlen)
 {
+        _Static_assert(offsetof(struct bpfw_native, flags) == offsetof(struct bpfw_event, flags),
+                       "a native capture's flags where an event's are");
         struct stat ns;
         if (stat("/proc/self/ns/pid", &ns) < 0) {
                 snprintf(err, errlen, "cannot read our PID namespace: %s", strerror(errno));
@@ -109,12 +124,14 @@ int bpfwalk_open(double rate_hz, int64_t start_ns, struct bpfwalk **out, char *e
         b->skel->rodata->arm_tgid = (uint32_t)getpid();
         b->skel->rodata->period_ns = (uint64_t)(1e9 / rate_hz);
         b->skel->rodata->start_ns = start_ns > 0 ? (uint64_t)start_ns : 0;
+        b->skel->rodata->native_bytes = native_bytes;
+        bpf_map__set_max_entries(b->skel->maps.nscratch, native_bytes ? b->ncpus : 1);
         /*
          * Half a second of events at this rate on every CPU, ~1.5 KiB each
          * (30 frames), between 8 and 256 MiB: the recorder takes them every
          * 100 ms, or when the ring is a quarter full.
          */
-        double want = (double)b->ncpus * rate_hz * 1536.0 * 0.5;
+        double want = (double)b->ncpus * rate_hz * (1536.0 + native_bytes) * 0.5;
         uint32_t ring = 8u << 20;
         while (ring < (256u << 20) && (double)ring < want)
                 ring <<= 1;
@@ -205,9 +222,10 @@ int bpfwalk_wait(struct bpfwalk *b, int timeout_ms)
         return n < 0 ? -errno : n;
 }
 
-int bpfwalk_poll(struct bpfwalk *b, bpfwalk_event_fn fn, void *ctx)
+int bpfwalk_poll(struct bpfwalk *b, bpfwalk_event_fn fn, bpfwalk_native_fn native_fn, void *ctx)
 {
         b->fn = fn;
+        b->native_fn = native_fn;
         b->ctx = ctx;
         b->fn_rc = 0;
         int n = ring_buffer__consume(b->rb);
@@ -255,9 +273,10 @@ void bpfwalk_close(struct bpfwalk *b)
 
 #include <stdlib.h>
 
-int bpfwalk_open(double rate_hz, int64_t start_ns, struct bpfwalk **out, char *err, size_t errlen)
+int bpfwalk_open(double rate_hz, int64_t start_ns, uint32_t native_bytes, struct bpfwalk **out,
+                 char *err, size_t errlen)
 {
-        (void)rate_hz, (void)start_ns, (void)out;
+        (void)rate_hz, (void)start_ns, (void)native_bytes, (void)out;
         snprintf(err, errlen, "this pyflame-record was built without BPF support");
         return -ENOTSUP;
 }
@@ -296,9 +315,9 @@ int bpfwalk_wait(struct bpfwalk *b, int timeout_ms)
         return -ENOTSUP;
 }
 
-int bpfwalk_poll(struct bpfwalk *b, bpfwalk_event_fn fn, void *ctx)
+int bpfwalk_poll(struct bpfwalk *b, bpfwalk_event_fn fn, bpfwalk_native_fn native_fn, void *ctx)
 {
-        (void)b, (void)fn, (void)ctx;
+        (void)b, (void)fn, (void)native_fn, (void)ctx;
         return -ENOTSUP;
 }
 

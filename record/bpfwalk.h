@@ -38,11 +38,15 @@ struct bpfwalk_stats {
 /*
  * Load the program and start a timer on every CPU we may run on, sampling
  * `rate_hz` times a second per CPU on a schedule whose slots start at
- * CLOCK_MONOTONIC `start_ns`. Returns 0 and sets *out, or a negative errno
+ * CLOCK_MONOTONIC `start_ns`; with `native_bytes` (--native), each sample
+ * is preceded by a native capture of its thread (struct bpfw_native: its
+ * registers and that many bytes of its stack at most), and threads with no
+ * Python are captured too. Returns 0 and sets *out, or a negative errno
  * with a one-line message saying what is missing (-ENOTSUP: built without
  * BPF; -EPERM: privileges).
  */
-int bpfwalk_open(double rate_hz, int64_t start_ns, struct bpfwalk **out, char *err, size_t errlen);
+int bpfwalk_open(double rate_hz, int64_t start_ns, uint32_t native_bytes, struct bpfwalk **out,
+                 char *err, size_t errlen);
 
 /* Record process `pid` (our PID namespace) from now on, with layout `p`; or stop. */
 int bpfwalk_set_proc(struct bpfwalk *b, pid_t pid, const struct bpfw_proc *p);
@@ -77,8 +81,10 @@ typedef int (*bpfwalk_event_fn)(void *ctx, const struct bpfw_event *e, size_t le
  */
 int bpfwalk_wait(struct bpfwalk *b, int timeout_ms);
 
+/* Called for each native capture (--native), `nv->len` bytes of stack there. */
+typedef int (*bpfwalk_native_fn)(void *ctx, const struct bpfw_native *nv);
 /* Take every event waiting, without blocking. Returns how many, or fn's error. */
-int bpfwalk_poll(struct bpfwalk *b, bpfwalk_event_fn fn, void *ctx);
+int bpfwalk_poll(struct bpfwalk *b, bpfwalk_event_fn fn, bpfwalk_native_fn native_fn, void *ctx);
 
 void bpfwalk_get_stats(const struct bpfwalk *b, struct bpfwalk_stats *st);
 

@@ -214,6 +214,8 @@ enum {
 #define BPFW_F_BY_GIL    0x8u  /* found as the GIL's holder, not through its entry */
 #define BPFW_F_BY_LIST   0x10u /* found in its interpreter's list of thread states */
 #define BPFW_F_NEW_CODE  0x20u /* a code object not in `known`: the recorder was woken */
+#define BPFW_F_NATIVE    0x40u /* a native capture (struct bpfw_native), not a bpfw_event */
+#define BPFW_F_NO_PYTHON 0x80u /* (a native capture) of a thread with no Python state */
 
 /* One sample of one thread, leaf frame first. Sent with only its `depth` frames. */
 struct bpfw_event {
@@ -227,6 +229,31 @@ struct bpfw_event {
 };
 
 #define BPFW_EVENT_HEAD 40 /* bytes of struct bpfw_event before frames */
+
+/*
+ * --bpf --native: a thread's registers and the top of its stack, copied in
+ * the interrupt, sent just before the thread's bpfw_event (from the same
+ * CPU, so in that order in the ring) or alone for a thread with no Python
+ * (BPFW_F_NO_PYTHON). Its first 40 bytes are laid out as a bpfw_event's,
+ * `flags` (BPFW_F_NATIVE) telling the two apart.
+ */
+#define BPFW_NATIVE_MAX  (32u << 10) /* bytes of stack copied at most, from SP up */
+#define BPFW_NATIVE_PAGE 4096u
+/* Registers, x86-64 in DWARF order: rax rdx rcx rbx rsi rdi rbp rsp r8-r15 rip. */
+#define BPFW_NATIVE_REGS 17
+
+struct bpfw_native {
+        __u64 time_ns;
+        __u64 pad[2];
+        __u32 pid, tid;
+        __u16 status, flags; /* status: BPFW_OK, or BPFW_FAULT when no stack could be read */
+        __u32 len;           /* bytes of stack[] copied (whole pages after the first) */
+        __u64 regs[BPFW_NATIVE_REGS];
+        /* (a page more than copied at most: the program's bound on each page's copy) */
+        __u8 stack[BPFW_NATIVE_MAX + BPFW_NATIVE_PAGE];
+};
+
+#define BPFW_NATIVE_HEAD (40 + 8 * BPFW_NATIVE_REGS) /* bytes before stack[] */
 
 /* Per CPU: the timer that samples it, its schedule and its counters. */
 struct bpfw_cpu {

@@ -863,6 +863,53 @@ int native_capture_regs(struct native *n, pid_t tid, const uint64_t regs[NATIVE_
         return rc;
 }
 
+int native_capture_copy(struct native *n, pid_t tid, const uint64_t regs[NATIVE_N_REGS],
+                        const void *stack, size_t len)
+{
+        if (!len || len > STACK_MAX)
+                return -EINVAL;
+        native_capture_drop(n, tid);
+        if (n->stack_len + len > n->stack_cap) {
+                size_t cap = n->stack_cap ? n->stack_cap : STACK_MAX;
+                while (cap < n->stack_len + len)
+                        cap *= 2;
+                uint8_t *p = realloc(n->stack, cap);
+                if (!p)
+                        return -ENOMEM;
+                n->stack = p;
+                n->stack_cap = cap;
+        }
+        struct capture *c = capture_new(n, tid);
+        if (!c)
+                return -ENOMEM;
+        memcpy(c->regs, regs, sizeof(c->regs));
+        c->full = true;
+        c->base = regs[7];
+        c->off = n->stack_len;
+        c->len = c->asked = len;
+        memcpy(n->stack + n->stack_len, stack, len);
+        n->stack_len += len;
+        n->n_caps++;
+        n->st.captures++;
+        n->st.capture_bytes += len;
+        return 0;
+}
+
+void native_capture_drop(struct native *n, pid_t tid)
+{
+        for (size_t i = 0; i < n->n_caps; i++) {
+                if (n->caps[i].tid != tid)
+                        continue;
+                /* The copy goes with it when it is the last one (the usual case). */
+                if (n->caps[i].off + n->caps[i].len == n->stack_len)
+                        n->stack_len = n->caps[i].off;
+                n->caps[i] = n->caps[--n->n_caps];
+                break;
+        }
+        if (!n->n_caps)
+                n->stack_len = 0;
+}
+
 static const struct capture *capture_find(const struct native *n, pid_t tid)
 {
         for (size_t i = 0; i < n->n_caps; i++)
@@ -1536,6 +1583,18 @@ int native_capture_regs(struct native *n, pid_t tid, const uint64_t regs[NATIVE_
         (void)regs;
         (void)full;
         return -ENOTSUP;
+}
+
+int native_capture_copy(struct native *n, pid_t tid, const uint64_t regs[NATIVE_N_REGS],
+                        const void *stack, size_t len)
+{
+        (void)n, (void)tid, (void)regs, (void)stack, (void)len;
+        return -ENOTSUP;
+}
+
+void native_capture_drop(struct native *n, pid_t tid)
+{
+        (void)n, (void)tid;
 }
 
 size_t native_capture_count(const struct native *n)

@@ -92,6 +92,18 @@ int native_capture_sleeping(struct native *n, pid_t tid);
 int native_capture_regs(struct native *n, pid_t tid, const uint64_t regs[NATIVE_N_REGS], bool full);
 
 /* The thread ids captured in this sample, in capture order: i < native_capture_count(). */
+/*
+ * Thread `tid`'s capture from registers and a copy of its stack from SP
+ * (regs[7]) up, both taken at one instant elsewhere (--bpf: in the
+ * interrupt that sampled it), replacing any capture it had. Reads above
+ * the copy go to the live process. Returns 0 or a negative errno.
+ */
+int native_capture_copy(struct native *n, pid_t tid, const uint64_t regs[NATIVE_N_REGS],
+                        const void *stack, size_t len);
+
+/* Forget thread `tid`'s capture, once unwound (its copy's space too, when last). */
+void native_capture_drop(struct native *n, pid_t tid);
+
 size_t native_capture_count(const struct native *n);
 pid_t native_capture_tid(const struct native *n, size_t i);
 

@@ -479,8 +479,7 @@ static int parse_args(int argc, char **argv, struct options *o)
                 return -1;
         }
         if (o->bpf) {
-                const char *clash = o->native        ? "--native"
-                                    : o->blocking    ? "--blocking"
+                const char *clash = o->blocking      ? "--blocking"
                                     : o->async_tasks ? "--async"
                                     : o->no_bpf      ? "--no-bpf"
                                     : o->dump        ? "--dump"
@@ -493,7 +492,7 @@ static int parse_args(int argc, char **argv, struct options *o)
                         return -1;
                 }
         }
-        if (o->native)
+        if (o->native && !o->bpf)
                 o->blocking = true; /* the registers and stack need the thread held */
         if ((o->match || o->all) && o->dump) {
                 fprintf(stderr, "%s: --dump needs -p PID\n", prog);
@@ -1377,6 +1376,24 @@ static int on_bpf_event(void *ctx, const struct bpfw_event *e, size_t len)
         return 0; /* a process removed since */
 }
 
+/* --bpf --native: a native capture to its process's sampler. */
+static int on_bpf_native(void *ctx, const struct bpfw_native *nv)
+{
+        struct bpf_dispatch *d = ctx;
+        struct recording *r = d->r;
+        for (size_t i = 0; i < r->n_samplers; i++) {
+                if (sampler_pid(r->samplers[i]) != (pid_t)nv->pid)
+                        continue;
+                int rc = sampler_bpf_native(r->samplers[i], nv);
+                if (rc == -ENOMEM || rc == -EIO)
+                        return rc;
+                if (rc < 0)
+                        d->gone[i] = true;
+                return 0;
+        }
+        return 0;
+}
+
 /* --bpf: the kernel samples; we take its events, follow threads and processes. */
 static int record_loop_bpf(struct recording *r)
 {
@@ -1448,7 +1465,7 @@ static int record_loop_bpf(struct recording *r)
                 for (size_t i = 0; i < r->n_samplers; i++)
                         sampler_bpf_begin(r->samplers[i]);
                 struct bpf_dispatch d = {r, gone};
-                int prc = bpfwalk_poll(r->bpf, on_bpf_event, &d);
+                int prc = bpfwalk_poll(r->bpf, on_bpf_event, on_bpf_native, &d);
                 for (size_t i = 0; i < r->n_samplers; i++) {
                         int rc = sampler_bpf_end(r->samplers[i], err, sizeof(err));
                         if (rc < 0 && prc >= 0)
@@ -1768,7 +1785,8 @@ static int open_bpf(struct recording *r)
         if (!o->bpf)
                 return EXIT_OK;
         char err[512];
-        int rc = bpfwalk_open(o->rate_hz, pf_now_mono_ns(), &r->bpf, err, sizeof(err));
+        int rc = bpfwalk_open(o->rate_hz, pf_now_mono_ns(), o->native ? BPFW_NATIVE_MAX : 0,
+                              &r->bpf, err, sizeof(err));
         if (rc == 0) {
                 struct bpfwalk_stats bs;
                 bpfwalk_get_stats(r->bpf, &bs);
@@ -1788,6 +1806,8 @@ static int open_bpf(struct recording *r)
         }
         if (o->bpf == 2) {
                 snprintf(r->bpf_off, sizeof(r->bpf_off), "%s", err);
+                if (o->native)
+                        o->blocking = true; /* from user space, native stacks hold the thread */
                 if (!o->quiet)
                         fprintf(stderr, "%s: note: --bpf=auto: sampling from user space: %s\n",
                                 prog, err);

@@ -222,6 +222,7 @@ struct sampler {
         const struct native_sym **nat_frames; /* scratch: one unwind */
         struct native_merged *merged;         /* scratch: one merge */
         struct pywalk_frame *merged_frames;   /* scratch: the merge as walker frames */
+        bool debug_unmatched;                 /* PYFLAME_DEBUG_UNMATCHED: print_unmatched() */
         struct ncode *ncodes;                 /* by native_sym id */
         size_t cap_ncodes;
         struct nthread *nthreads;
@@ -364,14 +365,12 @@ void sampler_set_sources(struct sampler *s, struct sources *src, int handle)
 
 int sampler_set_native(struct sampler *s, unsigned flags, char *err, size_t errlen)
 {
-        if (!s->blocking) {
-                snprintf(err, errlen, "native stacks need --blocking");
-                return -EINVAL;
-        }
         int rc = native_open(s->pid, &s->native, err, errlen);
         if (rc < 0)
                 return rc;
         s->native_flags = flags;
+        const char *dbg = getenv("PYFLAME_DEBUG_UNMATCHED");
+        s->debug_unmatched = dbg && *dbg && strcmp(dbg, "0") != 0;
         if (flags & NATIVE_MERGE_KEEP_PLUMBING)
                 native_keep_plumbing(s->native);
         s->nat_frames = malloc(NATIVE_MAX_DEPTH * sizeof(*s->nat_frames));
@@ -1149,6 +1148,23 @@ static const struct pywalk_code *ncode_of(struct sampler *s, const struct native
 }
 
 /*
+ * PYFLAME_DEBUG_UNMATCHED=1: a stack that did not merge, on stderr (both
+ * halves, leaf first), to find out why.
+ */
+static void print_unmatched(const struct sampler *s, pid_t tid, size_t depth, int rc,
+                            const struct pywalk_thread *th)
+{
+        fprintf(stderr, "unmatched: pid %d tid %d, unwind %d, native (leaf first):", (int)s->pid,
+                (int)tid, rc);
+        for (size_t i = 0; i < depth; i++)
+                fprintf(stderr, " %s", s->nat_frames[i]->function);
+        fprintf(stderr, "\n  python (leaf first):");
+        for (uint32_t i = 0; th && i < th->depth; i++)
+                fprintf(stderr, " %s%s", th->frames[i].code->name, th->frames[i].entry ? "*" : "");
+        fprintf(stderr, "\n");
+}
+
+/*
  * The stack of `th` with its native stack merged in, into *out (frames in
  * s->merged_frames, valid until the next call). Returns 0; 1 when the
  * sample is dropped and counted instead (no native capture: a read error;
@@ -1172,6 +1188,8 @@ static int native_stack(struct sampler *s, pid_t tid, const struct pywalk_thread
                 s->st.unmatched++;
                 if (s->k)
                         tsink_error(s->k, s->pid, TRACE_ERROR_UNMATCHED, 1);
+                if (s->debug_unmatched)
+                        print_unmatched(s, tid, depth, rc, th);
                 return 1;
         }
         /*
@@ -1751,6 +1769,15 @@ void sampler_bpf_begin(struct sampler *s)
         s->batch++;
         s->memo_raw.len = 0;
         pywalk_bpf_begin(s->walk);
+        caches_trim(s);
+        /*
+         * --native: a capture waits for its thread's sample, which may come
+         * in the next batch (not yet in the ring when this one was taken);
+         * one whose sample was lost is replaced by the thread's next. Only
+         * past a bound are they all forgotten.
+         */
+        if (s->native && native_capture_count(s->native) > 256)
+                native_begin(s->native);
 }
 
 #define MEMO_SLOTS 1024
@@ -1810,8 +1837,11 @@ int sampler_bpf_event(struct sampler *s, const struct bpfw_event *e)
                         tsink_error(s->k, s->pid, kind, 1);
                 return 0;
         }
-        /* A chain cut at the bound is checked for loops each time: not remembered. */
-        bool memo = !(e->flags & BPFW_F_TRUNCATED) && e->depth > 0;
+        /*
+         * A chain cut at the bound is checked for loops each time: not
+         * remembered; nor one whose stack has native frames merged in.
+         */
+        bool memo = !(e->flags & BPFW_F_TRUNCATED) && e->depth > 0 && !s->native;
         if (memo && !s->memo && !(s->memo = calloc(MEMO_SLOTS, sizeof(*s->memo))))
                 memo = false;
         uint64_t h = memo ? memo_hash(e) : 0;
@@ -1882,6 +1912,32 @@ int sampler_bpf_event(struct sampler *s, const struct bpfw_event *e)
         rc = sample_thread_as(s, &th, &stack, m != NULL);
         if (rc >= 0 && memo && !m && th.status == 0 && s->st.samples != samples)
                 memo_keep(s, e, h, stack);
+        if (s->native)
+                native_capture_drop(s->native, (pid_t)e->tid);
+        return rc < 0 ? rc : 0;
+}
+
+int sampler_bpf_native(struct sampler *s, const struct bpfw_native *nv)
+{
+        if (!s->native)
+                return 0;
+        pid_t tid = (pid_t)nv->tid;
+        if (nv->status != BPFW_OK || native_capture_copy(s->native, tid, (const uint64_t *)nv->regs,
+                                                         nv->stack, nv->len) < 0) {
+                /* No capture: its sample is counted as a read error by native_stack(). */
+                native_capture_drop(s->native, tid);
+                if (!(nv->flags & BPFW_F_NO_PYTHON))
+                        return 0;
+                s->st.read_errors++;
+                if (s->k)
+                        tsink_error(s->k, s->pid, TRACE_ERROR_READ, 1);
+                return 0;
+        }
+        if (!(nv->flags & BPFW_F_NO_PYTHON))
+                return 0; /* its sample follows */
+        s->tick_ns = (int64_t)nv->time_ns;
+        int rc = native_only_thread(s, tid);
+        native_capture_drop(s->native, tid);
         return rc < 0 ? rc : 0;
 }
 

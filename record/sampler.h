@@ -90,7 +90,8 @@ void sampler_set_capture(struct sampler *s, struct capture *c);
 
 /*
  * Record native stacks merged with the Python ones (native.h): a blocking
- * sampler only. `flags` are NATIVE_MERGE_* (native.h). Returns 0, or a
+ * sampler, or one whose samples come from --bpf (its native captures, in
+ * the interrupt: sampler_bpf_native). `flags` are NATIVE_MERGE_* (native.h). Returns 0, or a
  * negative errno with the message in err (-ENOTSUP: built without libdw).
  */
 int sampler_set_native(struct sampler *s, unsigned flags, char *err, size_t errlen);
@@ -184,6 +185,7 @@ void sampler_close(struct sampler *s);
 
 struct bpfwalk;
 struct bpfw_event;
+struct bpfw_native;
 
 /*
  * --bpf: the in-kernel sampler `b` (bpfwalk.h) takes this process's samples;
@@ -205,6 +207,12 @@ bool sampler_bpf_wants_refresh(const struct sampler *s);
 void sampler_bpf_begin(struct sampler *s);
 /* One event of this process: a sample, or an error counted. Returns 0 or -errno. */
 int sampler_bpf_event(struct sampler *s, const struct bpfw_event *e);
+/*
+ * --bpf --native: a thread's native capture, kept for its sample (the next
+ * event of that thread), or sampled at once for a thread with no Python.
+ * Returns 0 or -errno.
+ */
+int sampler_bpf_native(struct sampler *s, const struct bpfw_native *nv);
 int sampler_bpf_end(struct sampler *s, char *err, size_t errlen);
 
 #endif

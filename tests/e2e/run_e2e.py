@@ -1005,7 +1005,7 @@ def test_bpf(r, label, py, mode):
                        universal_newlines=True, timeout=60)
     r.check("%s bpf: report --idle refused with a message" % label,
             q.returncode != 0 and "without --bpf" in q.stderr, q.stderr)
-    for other in ("--blocking", "--native", "--dump"):
+    for other in ("--blocking", "--dump"):  # (--bpf --native: test_native.py)
         q = r.rec(["-o", db, "--bpf", other, "--", py, "-c", "pass"])
         r.check("%s bpf: --bpf %s refused (exit 2, says which)" % (label, other),
                 q.returncode == 2 and other in q.stderr, "rc %d %s" % (q.returncode, q.stderr))

@@ -19,8 +19,12 @@ names; in the -g module the hot loop's samples are on the marked line; the
 stripped module's frames carry its symbol names and no line; --no-native
 gives the Python frames alone; the unmatched-stack errors stay within
 UNMATCHED_TOLERANCE of the samples, also in a loop of time.time() (a
-thread caught in a PLT stub). `--dump --native` prints the layers of
-the running stack too. A library whose DWARF is in a separate debug file
+thread caught in a PLT stub), and in a loop over a generator (a thread
+entering or leaving the eval loop). `--dump --native` prints the layers of
+the running stack too. Where `--bpf` runs (root, a kernel with BPF
+timers), the same workload is recorded with `--bpf --native` (registers
+and stack copied in the sampling interrupt, no thread held) and passes the
+same checks. A library whose DWARF is in a separate debug file
 found only under the target's own /usr/lib/debug (a private mount
 namespace, as in a container) gets its lines. With Debian's python3-numpy installed, a matrix
 product under /usr/bin/python3.11 must spend its time in BLAS under the
@@ -234,6 +238,7 @@ class Runner:
         self.record = args.record
         self.report = args.report
         self.passed = self.failed = self.skipped = 0
+        self.bpf_why = None  # why --bpf cannot run here ('' when it can), once known
         self.tmp = tempfile.mkdtemp(prefix="pyflame-native-")
 
     def check(self, label, name, ok, detail=""):
@@ -250,8 +255,10 @@ class Runner:
         self.skipped += 1
         print("SKIP %s: %s" % (label, why))
 
-    def report_json(self, db, *extra):
-        out = subprocess.run([self.report, "--format", "json", "--idle"] + list(extra) + [db],
+    def report_json(self, db, *extra, **kw):
+        # Wall-clock (--idle) unless on-CPU samples only (--bpf traces: idle=False).
+        idle = ["--idle"] if kw.get("idle", True) else []
+        out = subprocess.run([self.report, "--format", "json"] + idle + list(extra) + [db],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              universal_newlines=True, timeout=120)
         if out.returncode != 0:
@@ -323,15 +330,59 @@ def test_interpreter(r, label, py):
     script = os.path.join(work, "target.py")
     with open(script, "w") as f:
         f.write(SCRIPT)
-    db = os.path.join(work, "native.db")
-    rec = subprocess.run([r.record, "--native", "-q", "-o", db, "--", py, script, work,
-                          str(SECONDS)],
+    if not native_run(r, label, py, work, script, []):
+        return
+    # --dump --native: the running thread's layers printed once.
+    proc = subprocess.Popen([py, script, work, "20"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        text = ""
+        for _ in range(10):
+            time.sleep(0.5)
+            dump = subprocess.run([r.record, "--dump", "--native", "-p", str(proc.pid)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  universal_newlines=True, timeout=60)
+            text = dump.stdout
+            if dump.returncode == 0 and "nat_nogil_loop" in text and "nat_pthread_loop" in text:
+                break
+        r.check(label, "--dump --native", "nat_nogil_loop" in text and "nat_pthread_loop" in text
+                and "nogil_worker" in text, text[-1500:])
+    finally:
+        proc.kill()
+        proc.wait()
+    # The same from the in-kernel sampler: registers and stack copied in the interrupt.
+    if r.bpf_why is None:
+        r.bpf_why = bpf_works(r, py)
+    if r.bpf_why:
+        r.skip(label, "--bpf --native: %s" % r.bpf_why)
+    else:
+        native_run(r, label, py, work, script, ["--bpf"])
+
+
+def bpf_works(r, py):
+    """'' where pyflame-record --bpf runs here, else why not."""
+    db = os.path.join(r.tmp, "bpf-probe.db")
+    p = subprocess.run([r.record, "--bpf", "-q", "-f", "-o", db, "--", py, "-c", "pass"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       universal_newlines=True, timeout=60)
+    return "" if p.returncode == 0 else p.stdout.strip()[-300:]
+
+
+def native_run(r, label, py, work, script, flags):
+    """Record the extension's workload with --native (and `flags`) and check its stacks.
+    Returns whether it recorded."""
+    tag = " ".join(flags + ["--native"])
+    lbl = label if not flags else "%s %s" % (label, " ".join(flags))
+    db = os.path.join(work, "native%s.db" % "".join(flags).replace("-", "_"))
+    rec = subprocess.run([r.record] + flags + ["--native", "-q", "-o", db, "--", py, script,
+                                               work, str(SECONDS)],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          universal_newlines=True, timeout=120)
-    if not r.check(label, "record --native", rec.returncode == 0 and os.path.exists(db),
+    label = lbl
+    if not r.check(label, "record %s" % tag, rec.returncode == 0 and os.path.exists(db),
                    rec.stdout.strip()[-800:]):
-        return
-    d = r.report_json(db)
+        return False
+    d = r.report_json(db, idle=not flags)
     stacks = [(names(d, s), s) for s in d["stacks"]]
     total = sum(s["count"] for s in d["stacks"])
 
@@ -406,7 +457,7 @@ def test_interpreter(r, label, py):
     r.check(label, "interpreter plumbing hidden, eval frames merged", not seen and not linked,
             "seen %s, eval frames over Python frames %s" % (seen, linked))
     # --no-native: Python frames only.
-    dn = r.report_json(db, "--no-native")
+    dn = r.report_json(db, "--no-native", idle=not flags)
     kinds = {f["kind"] for s in dn["stacks"] for f in (dn["frames"][i] for i in s["frames"])}
     r.check(label, "--no-native leaves Python frames only", kinds <= {"python"}, str(kinds))
     errors, samples = errors_of(db)
@@ -416,24 +467,7 @@ def test_interpreter(r, label, py):
             "%d unmatched, %d samples" % (unmatched, samples))
     print("     %s: %d samples, %d unmatched, %d read errors" % (
         label, samples, unmatched, errors.get(1, 0)))
-    # --dump --native: the running thread's layers printed once.
-    proc = subprocess.Popen([py, script, work, "20"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
-        text = ""
-        for _ in range(10):
-            time.sleep(0.5)
-            dump = subprocess.run([r.record, "--dump", "--native", "-p", str(proc.pid)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  universal_newlines=True, timeout=60)
-            text = dump.stdout
-            if dump.returncode == 0 and "nat_nogil_loop" in text and "nat_pthread_loop" in text:
-                break
-        r.check(label, "--dump --native", "nat_nogil_loop" in text and "nat_pthread_loop" in text
-                and "nogil_worker" in text, text[-1500:])
-    finally:
-        proc.kill()
-        proc.wait()
+    return True
 
 
 NUMPY_PY = r'''
@@ -568,7 +602,9 @@ def test_plt(r, label, py):
     with open(script, "w") as f:
         f.write(PLT_SCRIPT)
     db = os.path.join(work, "plt.db")
-    rec = subprocess.run([r.record, "--native", "-q", "-o", db, "--", py, script, "2"],
+    # At 500 Hz: ~1,000 samples, so that the 0.5% allowed is more than one sample.
+    rec = subprocess.run([r.record, "--native", "-q", "-r", "500", "-o", db, "--", py, script,
+                          "2"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          universal_newlines=True, timeout=120)
     if not r.check(label, "PLT stubs: record --native", rec.returncode == 0, rec.stdout[-800:]):
