@@ -275,8 +275,8 @@ def main():
     ap.add_argument("--rate", type=float, default=100)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=5)
-    ap.add_argument("--iters", type=int, default=10000,
-                    help="units of fixed work to time (about 0.4 ms each)")
+    ap.add_argument("--iters", type=int, default=250000,
+                    help="units of fixed work to time (about 16 us each here: 4 s)")
     args = ap.parse_args()
     home = os.path.expanduser("~/.pyenv/versions")
     print("one timer wake-up of a process that only sleeps costs %.1f us of CPU after %g ms, "

@@ -4,7 +4,7 @@ without it: CPython's regression tests, which ship with every interpreter.
 
 A chosen set of test files is run with `python -m test` once unprofiled,
 then under pyflame-record at 1 kHz in each mode (the default, --blocking,
-and --native where the build has it), without and with -s (the
+and --native and --bpf --native where they run), without and with -s (the
 test runner's own child processes recorded too), on the newest interpreter
 here and on one before 3.11. Every run must report every test case with the
 same outcome (passed, skipped, failed) as the unprofiled run, from the JUnit
@@ -109,14 +109,19 @@ def main():
     # --native holds each thread for its registers and stack, as --blocking
     # does, and reads /proc/PID/task/TID/syscall of those asleep: where the
     # build has it, the same suite runs under it too.
+    # --bpf --native copies each sampled thread's registers and stack in the timer
+    # interrupt, and threads with no Python too: where it runs, the suite runs under it.
     modes = ["nonblocking", "blocking"]
-    probe = subprocess.run([args.record, "-q", "-f", "--native", "-o", os.path.join(tmp, "p.db"),
-                            "--", pys[0][1], "-c", "pass"], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, universal_newlines=True)
-    if probe.returncode == 0:
-        modes.append("native")
-    else:
-        print("SKIP native: %s" % probe.stdout.strip()[-300:])
+    for mode in ("native", "bpf native"):
+        flags = ["--" + m for m in mode.split()]
+        probe = subprocess.run([args.record, "-q", "-f"] + flags +
+                               ["-o", os.path.join(tmp, "p.db"), "--", pys[0][1], "-c", "pass"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               universal_newlines=True)
+        if probe.returncode == 0:
+            modes.append(mode)
+        else:
+            print("SKIP %s: %s" % (" ".join(flags), probe.stdout.strip()[-300:]))
     try:
         for i, (label, py) in enumerate(pys):
             tests = FULL if args.full else QUICK_NEWEST if i == 0 else QUICK
@@ -136,8 +141,8 @@ def main():
                     if os.path.exists(xml_path):
                         os.unlink(xml_path)
                     db = os.path.join(tmp, "run.db")
-                    cmd = [args.record, "-q", "-f", "-r", "1k", "--" + mode] + sub + \
-                        ["-o", db, "--"] + regr
+                    cmd = [args.record, "-q", "-f", "-r", "1k"] + \
+                        ["--" + m for m in mode.split()] + sub + ["-o", db, "--"] + regr
                     p, secs2, out = run(cmd, xml_path, int(4 * secs) + 120)
                     if p is None or not os.path.exists(xml_path):
                         print("FAIL %s: %s" % (name, out))
