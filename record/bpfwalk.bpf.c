@@ -210,14 +210,15 @@ static __always_inline void native_send(__u32 pid, __u32 tid, __u16 flags, struc
                 if (got >= want)
                         break;
                 __u64 a = sp + got;
-                __u32 chunk = BPFW_NATIVE_PAGE - (__u32)(a & (BPFW_NATIVE_PAGE - 1));
-                if (chunk > want - got)
-                        chunk = want - got;
-                if (chunk == 0)
-                        break;
-                /* Bounded where the call is, in a form the verifier follows: 1 to a page. */
-                __u32 size = ((chunk - 1) & (BPFW_NATIVE_PAGE - 1)) + 1;
-                __u32 off = got & (BPFW_NATIVE_MAX - 1);
+                /* To the end of this page, 1 to a page of bytes. */
+                __u32 size = BPFW_NATIVE_PAGE - (__u32)(a & (BPFW_NATIVE_PAGE - 1));
+                if (size > want - got)
+                        size = want - got;
+                /*
+                 * Bounded again where the call is, in a form the verifier
+                 * follows (the compiler would otherwise fold it away).
+                 */
+                __u32 off = got;
                 asm volatile("" : "+r"(size), "+r"(off));
                 size = ((size - 1) & (BPFW_NATIVE_PAGE - 1)) + 1;
                 off &= BPFW_NATIVE_MAX - 1;

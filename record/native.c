@@ -701,6 +701,22 @@ static void note_top(struct native *n, const struct capture *c)
                 t->top = n->cur_top;
 }
 
+/* Room for `len` more bytes of stack copies. */
+static int stack_reserve(struct native *n, size_t len)
+{
+        if (n->stack_len + len <= n->stack_cap)
+                return 0;
+        size_t cap = n->stack_cap ? n->stack_cap : STACK_MAX;
+        while (cap < n->stack_len + len)
+                cap *= 2;
+        uint8_t *p = realloc(n->stack, cap);
+        if (!p)
+                return -ENOMEM;
+        n->stack = p;
+        n->stack_cap = cap;
+        return 0;
+}
+
 /*
  * Copy the stack from sp up, `want` bytes at most, in one call: one remote
  * range per page, so that the copy stops at the end of the mapping (the
@@ -709,16 +725,8 @@ static void note_top(struct native *n, const struct capture *c)
 static int copy_stack(struct native *n, struct capture *c, uint64_t sp)
 {
         size_t want = capture_size(n, c->tid, sp);
-        if (n->stack_len + want > n->stack_cap) {
-                size_t cap = n->stack_cap ? n->stack_cap : STACK_MAX;
-                while (cap < n->stack_len + want)
-                        cap *= 2;
-                uint8_t *p = realloc(n->stack, cap);
-                if (!p)
-                        return -ENOMEM;
-                n->stack = p;
-                n->stack_cap = cap;
-        }
+        if (stack_reserve(n, want) < 0)
+                return -ENOMEM;
         size_t nv = 0;
         uint64_t a = sp;
         uint64_t end = sp + want;
@@ -869,16 +877,8 @@ int native_capture_copy(struct native *n, pid_t tid, const uint64_t regs[NATIVE_
         if (!len || len > STACK_MAX)
                 return -EINVAL;
         native_capture_drop(n, tid);
-        if (n->stack_len + len > n->stack_cap) {
-                size_t cap = n->stack_cap ? n->stack_cap : STACK_MAX;
-                while (cap < n->stack_len + len)
-                        cap *= 2;
-                uint8_t *p = realloc(n->stack, cap);
-                if (!p)
-                        return -ENOMEM;
-                n->stack = p;
-                n->stack_cap = cap;
-        }
+        if (stack_reserve(n, len) < 0)
+                return -ENOMEM;
         struct capture *c = capture_new(n, tid);
         if (!c)
                 return -ENOMEM;

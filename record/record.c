@@ -1357,42 +1357,41 @@ struct bpf_dispatch {
         bool *gone; /* per sampler: it failed, remove it */
 };
 
+/* The sampler of process `pid`, or -1 (a process removed since). */
+static long bpf_sampler_of(const struct recording *r, uint32_t pid)
+{
+        for (size_t i = 0; i < r->n_samplers; i++)
+                if (sampler_pid(r->samplers[i]) == (pid_t)pid)
+                        return (long)i;
+        return -1;
+}
+
+/* What sampler i said of an event: -ENOMEM and -EIO stop the poll, other errors drop it. */
+static int bpf_outcome(struct bpf_dispatch *d, long i, int rc)
+{
+        if (rc == -ENOMEM || rc == -EIO)
+                return rc;
+        if (rc < 0)
+                d->gone[i] = true;
+        return 0;
+}
+
 /* An event of the in-kernel sampler to its process's sampler. */
 static int on_bpf_event(void *ctx, const struct bpfw_event *e, size_t len)
 {
         (void)len;
         struct bpf_dispatch *d = ctx;
-        struct recording *r = d->r;
-        for (size_t i = 0; i < r->n_samplers; i++) {
-                if (sampler_pid(r->samplers[i]) != (pid_t)e->pid)
-                        continue;
-                /* (Also of a process gone: what the code cache knows still decodes.) */
-                int rc = sampler_bpf_event(r->samplers[i], e);
-                if (rc == -ENOMEM || rc == -EIO)
-                        return rc;
-                if (rc < 0)
-                        d->gone[i] = true;
-                return 0;
-        }
-        return 0; /* a process removed since */
+        long i = bpf_sampler_of(d->r, e->pid);
+        /* (Also of a process gone: what the code cache knows still decodes.) */
+        return i < 0 ? 0 : bpf_outcome(d, i, sampler_bpf_event(d->r->samplers[i], e));
 }
 
 /* --bpf --native: a native capture to its process's sampler. */
 static int on_bpf_native(void *ctx, const struct bpfw_native *nv)
 {
         struct bpf_dispatch *d = ctx;
-        struct recording *r = d->r;
-        for (size_t i = 0; i < r->n_samplers; i++) {
-                if (sampler_pid(r->samplers[i]) != (pid_t)nv->pid)
-                        continue;
-                int rc = sampler_bpf_native(r->samplers[i], nv);
-                if (rc == -ENOMEM || rc == -EIO)
-                        return rc;
-                if (rc < 0)
-                        d->gone[i] = true;
-                return 0;
-        }
-        return 0;
+        long i = bpf_sampler_of(d->r, nv->pid);
+        return i < 0 ? 0 : bpf_outcome(d, i, sampler_bpf_native(d->r->samplers[i], nv));
 }
 
 /* --bpf: the kernel samples; we take its events, follow threads and processes. */

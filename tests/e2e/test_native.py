@@ -307,6 +307,17 @@ def find_run(seq, want):
     return -1
 
 
+def check_unmatched(r, label, prefix, db):
+    """The check that at most UNMATCHED_TOLERANCE of db's samples were unmatched.
+    Returns its errors by kind, samples and unmatched stacks."""
+    errors, samples = errors_of(db)
+    unmatched = errors.get(4, 0)
+    r.check(label, "%sunmatched stacks within %.1f%% (%d of %d)" % (
+        prefix, 100 * UNMATCHED_TOLERANCE, unmatched, samples + unmatched),
+        samples > 0 and unmatched <= UNMATCHED_TOLERANCE * (samples + unmatched))
+    return errors, samples, unmatched
+
+
 def errors_of(db):
     con = sqlite3.connect(db)
     try:
@@ -372,13 +383,12 @@ def native_run(r, label, py, work, script, flags):
     """Record the extension's workload with --native (and `flags`) and check its stacks.
     Returns whether it recorded."""
     tag = " ".join(flags + ["--native"])
-    lbl = label if not flags else "%s %s" % (label, " ".join(flags))
+    label = label if not flags else "%s %s" % (label, " ".join(flags))
     db = os.path.join(work, "native%s.db" % "".join(flags).replace("-", "_"))
     rec = subprocess.run([r.record] + flags + ["--native", "-q", "-o", db, "--", py, script,
                                                work, str(SECONDS)],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          universal_newlines=True, timeout=120)
-    label = lbl
     if not r.check(label, "record %s" % tag, rec.returncode == 0 and os.path.exists(db),
                    rec.stdout.strip()[-800:]):
         return False
@@ -460,11 +470,7 @@ def native_run(r, label, py, work, script, flags):
     dn = r.report_json(db, "--no-native", idle=not flags)
     kinds = {f["kind"] for s in dn["stacks"] for f in (dn["frames"][i] for i in s["frames"])}
     r.check(label, "--no-native leaves Python frames only", kinds <= {"python"}, str(kinds))
-    errors, samples = errors_of(db)
-    unmatched = errors.get(4, 0)
-    r.check(label, "unmatched stacks within %.1f%%" % (100 * UNMATCHED_TOLERANCE),
-            samples > 0 and unmatched <= UNMATCHED_TOLERANCE * (samples + unmatched),
-            "%d unmatched, %d samples" % (unmatched, samples))
+    errors, samples, unmatched = check_unmatched(r, label, "", db)
     print("     %s: %d samples, %d unmatched, %d read errors" % (
         label, samples, unmatched, errors.get(1, 0)))
     return True
@@ -609,11 +615,7 @@ def test_plt(r, label, py):
                          universal_newlines=True, timeout=120)
     if not r.check(label, "PLT stubs: record --native", rec.returncode == 0, rec.stdout[-800:]):
         return
-    errors, samples = errors_of(db)
-    unmatched = errors.get(4, 0)
-    r.check(label, "PLT stubs: unmatched stacks within %.1f%% (%d of %d)" % (
-        100 * UNMATCHED_TOLERANCE, unmatched, samples + unmatched),
-        samples > 0 and unmatched <= UNMATCHED_TOLERANCE * (samples + unmatched))
+    check_unmatched(r, label, "PLT stubs: ", db)
 
 
 GEN_SCRIPT = r'''
@@ -665,11 +667,7 @@ def test_generators(r, label, py):
     if not r.check(label, "generators: record --native", rec.returncode == 0,
                    rec.stdout[-800:]):
         return
-    errors, samples = errors_of(db)
-    unmatched = errors.get(4, 0)
-    r.check(label, "generators: unmatched stacks within %.1f%% (%d of %d)" % (
-        100 * UNMATCHED_TOLERANCE, unmatched, samples + unmatched),
-        samples > 0 and unmatched <= UNMATCHED_TOLERANCE * (samples + unmatched))
+    check_unmatched(r, label, "generators: ", db)
     with open(truth_file) as f:
         spent = json.load(f)
     truth = spent["gen_part"] / (spent["gen_part"] + spent["plain_part"])
