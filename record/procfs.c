@@ -287,10 +287,39 @@ int procfs_parse_stat_state(const char *buf, size_t len)
         return c;
 }
 
-int procfs_thread_state(int fd)
+int procfs_parse_stat_threads(const char *buf, size_t len)
+{
+        const char *p = NULL, *end = buf + len;
+        for (size_t i = len; i > 0 && !p; i--)
+                if (buf[i - 1] == ')')
+                        p = buf + i;
+        if (!p)
+                return -EINVAL;
+        /* Fields 3 (the state) to 19 follow the ')', each after one space. */
+        for (int field = 3; field <= 19; field++) {
+                if (p == end || *p != ' ')
+                        return -EINVAL;
+                p++;
+                while (p < end && *p != ' ')
+                        p++;
+        }
+        if (p == end || *p != ' ')
+                return -EINVAL;
+        p++;
+        uint64_t n;
+        const char *e = p;
+        while (e < end && *e != ' ' && *e != '\n')
+                e++;
+        if (parse_dec(&p, e, &n) < 0 || p != e || n == 0 || n > INT_MAX)
+                return -EINVAL;
+        return (int)n;
+}
+
+int procfs_thread_stat(int fd, int *num_threads)
 {
         char buf[STAT_READ_LEN];
         ssize_t r;
+        *num_threads = -1;
         do
                 r = pread(fd, buf, sizeof(buf), 0);
         while (r < 0 && errno == EINTR);
@@ -298,7 +327,16 @@ int procfs_thread_state(int fd)
                 return errno_code(errno);
         if (r == 0)
                 return -ESRCH;
-        return procfs_parse_stat_state(buf, (size_t)r);
+        int state = procfs_parse_stat_state(buf, (size_t)r);
+        int n = procfs_parse_stat_threads(buf, (size_t)r);
+        *num_threads = n > 0 ? n : -1;
+        return state;
+}
+
+int procfs_thread_state(int fd)
+{
+        int n;
+        return procfs_thread_stat(fd, &n);
 }
 
 int procfs_thread_running(int fd)

@@ -85,6 +85,15 @@ int procfs_thread_open(pid_t pid, pid_t tid);
  */
 int procfs_thread_state(int fd);
 
+/*
+ * The same, and the number of threads of its process (stat's field 20,
+ * which every thread's stat gives for its whole thread group) into
+ * *num_threads (-1 when the text has none): with it a caller that knows the
+ * threads can tell that none came or went without listing /proc/PID/task,
+ * the dearest read of a --blocking pass.
+ */
+int procfs_thread_stat(int fd, int *num_threads);
+
 /* 1 when the thread is running or runnable ('R'), 0 when not, a negative errno on failure. */
 int procfs_thread_running(int fd);
 
@@ -106,6 +115,9 @@ int procfs_parse_syscall(const char *buf, size_t len);
  * letter, or -EINVAL when there is none.
  */
 int procfs_parse_stat_state(const char *buf, size_t len);
+
+/* The thread count (field 20) of a stat file's text, or -EINVAL. */
+int procfs_parse_stat_threads(const char *buf, size_t len);
 
 /*
  * From the text of a /proc/.../status file, the innermost-namespace id: the

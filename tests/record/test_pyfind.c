@@ -878,6 +878,26 @@ static void test_procfs_parse_stat(void **state)
         static const char f[] = "5 (x) 1 2";
         assert_int_equal(procfs_parse_stat_state(f, strlen(f)), -EINVAL);
         assert_int_equal(procfs_parse_stat_state("", 0), -EINVAL);
+        /* The thread count, field 20, after a comm with spaces and parentheses. */
+        static const char g[] = "77 (a) b (c) S 1 77 77 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 "
+                                "12 0 3000 1000 200\n";
+        assert_int_equal(procfs_parse_stat_threads(g, strlen(g)), 12);
+        static const char h[] = "77 (a) S 1 77 77 0 -1 0 0 0 0 0 0 0 0 0 20 0 12";
+        assert_int_equal(procfs_parse_stat_threads(h, strlen(h)), 12); /* the text ends there */
+        assert_int_equal(procfs_parse_stat_threads(h, strlen(h) - 3), -EINVAL); /* cut before */
+        assert_int_equal(procfs_parse_stat_threads(c, strlen(c)), -EINVAL);
+        assert_int_equal(procfs_parse_stat_threads("", 0), -EINVAL);
+        static const char zero[] = "1 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 0 0 1";
+        assert_int_equal(procfs_parse_stat_threads(zero, strlen(zero)), -EINVAL);
+        /* This very thread's, as the stopper reads it: as many as /proc lists. */
+        int fd = procfs_thread_open(getpid(), my_tid());
+        assert_true(fd >= 0);
+        int count = 0;
+        assert_int_equal(procfs_thread_stat(fd, &count), 'R');
+        pid_t *tids = NULL;
+        assert_int_equal(count, procfs_list_tids(getpid(), &tids));
+        free(tids);
+        close(fd);
 }
 
 static void test_procfs_parse_syscall(void **state)

@@ -8,8 +8,9 @@
  *     count does not move while held) and leaves the sleeping ones alone;
  *     after stopper_resume() every spinner counts again;
  *   - with over a hundred threads, and after threads were added and others
- *     ended between two passes, the stopper has exactly the threads /proc
- *     lists, sorted by tid, and finds each one (stopper_thread,
+ *     ended between two passes (fewer of them, then as many as were added,
+ *     so that the thread count is the same), the stopper has exactly the
+ *     threads /proc lists, sorted by tid, and finds each one (stopper_thread,
  *     stopper_thread_state, stopper_set_on_cpu);
  *   - where a pass begins asking (`first`) follows the draw the recorder
  *     hands to each pass (schedule_random(), as record.c's pass() does):
@@ -318,6 +319,26 @@ static void test_hold_and_lookup(void **state)
         assert_int_equal(write(g.sleep[1], bytes, sizeof(bytes)), (ssize_t)sizeof(bytes));
         assert_true(settle(g.base + BATCH - ENDED));
         settle_asleep(); /* slow to start under a sanitizer */
+        hold_once(s);
+        check_threads(s);
+
+        /*
+         * As many come as go: the count is the same and the threads are not
+         * (a pass with the same count reads the known threads' states and
+         * lists /proc/PID/task only when one is gone or the count moved).
+         */
+        assert_int_equal(write(g.cmd[1], "a", 1), 1);
+        deadline = now_ns() + SETTLE_NS;
+        while (atomic_load(&g.sh->added) < 2 && now_ns() < deadline)
+                usleep(1000);
+        char more[BATCH];
+        memset(more, 'x', sizeof(more));
+        assert_int_equal(write(g.sleep[1], more, sizeof(more)), (ssize_t)sizeof(more));
+        assert_true(settle(g.base + BATCH - ENDED));
+        settle_asleep();
+        hold_once(s);
+        check_threads(s);
+        /* And nothing changed: the same threads, found without a listing. */
         hold_once(s);
         check_threads(s);
         stopper_free(s);
