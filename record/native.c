@@ -62,6 +62,8 @@ extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *st
 #define TOP_SLACK      256u       /* bytes copied above the top a thread's last unwind read */
 #define TOPS_MAX       4096u      /* threads whose stack top is remembered */
 #define RULE_MAX       (1u << 16) /* PCs whose CFI rule is cached before the cache starts over */
+#define FN_MAX         (1u << 14) /* functions whose inlined calls are kept before starting over */
+#define DIE_DEPTH      64u        /* nesting of DWARF entries walked for them */
 #define LINE_BYTES     64u
 #define LINE_SLOTS     64u
 #define REFRESH_NS     100000000LL   /* at most ten readings of the maps a second... */
@@ -236,6 +238,28 @@ struct line {
         uint8_t data[LINE_BYTES];
 };
 
+/* One outermost inlined call in a function: its code, and where the function makes it. */
+struct inl_call {
+        uint64_t lo, hi;  /* [lo, hi), DWARF addresses (the module's bias off) */
+        const char *file; /* libdw's: valid while the module is reported */
+        int line;
+};
+
+/*
+ * A named function of the target: its symbol's range and name, looked up
+ * once (libdwfl's lookup scans the whole symbol table: 150-250 us in
+ * libpython, for every address), then its outermost inlined calls, sorted
+ * by address, found the first time a line is asked of it.
+ */
+struct fn_info {
+        uint64_t start, end; /* [start, end): its symbol's */
+        const char *name;    /* libdwfl's: valid while the module is reported */
+        uint64_t dbias;
+        struct inl_call *calls;
+        size_t n, cap;
+        int8_t inl; /* -1 not looked for yet, 0 its DWARF subprogram not found, 1 found */
+};
+
 struct native {
         pid_t pid;
         Dwfl *dwfl;
@@ -284,6 +308,10 @@ struct native {
         struct native_sym **all; /* by id - 1, for freeing */
         size_t n_all, cap_all;
         uint32_t next_id;
+
+        /* functions named so far (fn_find()), by start; emptied on a refresh */
+        struct fn_info *fns;
+        size_t n_fns, cap_fns;
 
         /* adjusted PC -> its CFI rule (cfi_rule()), open addressing; emptied on a refresh */
         uint64_t *rule_keys;
@@ -606,6 +634,14 @@ static void syms_free(struct native *n)
         n->n_all = 0;
 }
 
+/* Forget every function's inlined calls (their file names are the modules' own). */
+static void fns_forget(struct native *n)
+{
+        for (size_t i = 0; i < n->n_fns; i++)
+                free(n->fns[i].calls);
+        n->n_fns = 0;
+}
+
 void native_close(struct native *n)
 {
         if (!n)
@@ -617,6 +653,8 @@ void native_close(struct native *n)
         free(n->all);
         free(n->keys);
         free(n->vals);
+        fns_forget(n);
+        free(n->fns);
         free(n->rule_keys);
         free(n->rules);
         free(n->tops);
@@ -1074,6 +1112,205 @@ static bool outer_call_site(Dwfl_Module *mod, uint64_t addr, const char **file, 
         return found;
 }
 
+static int inl_add(struct fn_info *f, uint64_t lo, uint64_t hi, const char *file, int line)
+{
+        if (f->n == f->cap) {
+                size_t cap = f->cap ? 2 * f->cap : 16;
+                struct inl_call *p = realloc(f->calls, cap * sizeof(*p));
+                if (!p)
+                        return -ENOMEM;
+                f->calls = p;
+                f->cap = cap;
+        }
+        f->calls[f->n++] = (struct inl_call){lo, hi, file, line};
+        return 0;
+}
+
+/*
+ * The outermost inlined calls under `die` (a function, or a block of it):
+ * each inlined subroutine's address ranges with its call site, not looking
+ * inside it (the calls it inlines in turn are its own) nor into a nested
+ * function. What dwarf_getscopes() finds for one address, for every
+ * address of the function at once.
+ */
+static int inl_collect(Dwarf_Die *die, Dwarf_Files *files, size_t nfiles, struct fn_info *f,
+                       unsigned depth)
+{
+        Dwarf_Die child;
+        if (depth >= DIE_DEPTH || dwarf_child(die, &child) != 0)
+                return 0;
+        do {
+                int tag = dwarf_tag(&child);
+                if (tag == DW_TAG_subprogram)
+                        continue;
+                if (tag != DW_TAG_inlined_subroutine) {
+                        if (inl_collect(&child, files, nfiles, f, depth + 1) < 0)
+                                return -ENOMEM;
+                        continue;
+                }
+                Dwarf_Attribute a;
+                Dwarf_Word fileidx = 0, lineno = 0;
+                if (dwarf_formudata(dwarf_attr(&child, DW_AT_call_file, &a), &fileidx) != 0 ||
+                    dwarf_formudata(dwarf_attr(&child, DW_AT_call_line, &a), &lineno) != 0 ||
+                    fileidx >= nfiles || lineno == 0 || lineno >= INT32_MAX)
+                        continue;
+                const char *file = dwarf_filesrc(files, fileidx, NULL, NULL);
+                if (!file || !*file)
+                        continue;
+                Dwarf_Addr base, lo, hi;
+                for (ptrdiff_t off = 0; (off = dwarf_ranges(&child, off, &base, &lo, &hi)) > 0;)
+                        if (lo < hi && inl_add(f, lo, hi, file, (int)lineno) < 0)
+                                return -ENOMEM;
+        } while (dwarf_siblingof(&child, &child) == 0);
+        return 0;
+}
+
+/* The subprogram containing `pc` among the children of `die` (a unit, a namespace, a class). */
+static bool find_subprogram(Dwarf_Die *die, Dwarf_Addr pc, Dwarf_Die *out, unsigned depth)
+{
+        Dwarf_Die child;
+        if (depth >= DIE_DEPTH || dwarf_child(die, &child) != 0)
+                return false;
+        do {
+                switch (dwarf_tag(&child)) {
+                case DW_TAG_subprogram:
+                        if (dwarf_haspc(&child, pc) == 1) {
+                                *out = child;
+                                return true;
+                        }
+                        break;
+                case DW_TAG_namespace:
+                case DW_TAG_class_type:
+                case DW_TAG_structure_type:
+                case DW_TAG_union_type:
+                case DW_TAG_module:
+                        if (find_subprogram(&child, pc, out, depth + 1))
+                                return true;
+                        break;
+                default:
+                        break;
+                }
+        } while (dwarf_siblingof(&child, &child) == 0);
+        return false;
+}
+
+static int by_lo(const void *a, const void *b)
+{
+        uint64_t x = ((const struct inl_call *)a)->lo, y = ((const struct inl_call *)b)->lo;
+        return (x > y) - (x < y);
+}
+
+/* The named function holding `addr`, or NULL. */
+static struct fn_info *fn_find(struct native *n, uint64_t addr)
+{
+        size_t lo = 0, hi = n->n_fns;
+        while (lo < hi) { /* the first function starting after addr */
+                size_t mid = lo + (hi - lo) / 2;
+                if (n->fns[mid].start <= addr)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return lo && addr < n->fns[lo - 1].end ? &n->fns[lo - 1] : NULL;
+}
+
+/*
+ * The function `name` at [start, end), as libdwfl named an address in it:
+ * every other address in that range is given the same name without asking
+ * it again. A range that holds or overlaps one already known is not kept
+ * (libdwfl names an address by the closest symbol that holds it, so a
+ * symbol inside another's range, as hand-written assembly may have, keeps
+ * its own name when it was seen first; one seen after the range that holds
+ * it would take that range's name: not seen in the modules tested). NULL
+ * when not kept.
+ */
+static struct fn_info *fn_add(struct native *n, uint64_t start, uint64_t end, const char *name)
+{
+        size_t lo = 0, hi = n->n_fns;
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (n->fns[mid].start < start)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        if ((lo < n->n_fns && n->fns[lo].start < end) || (lo > 0 && n->fns[lo - 1].end > start))
+                return NULL;
+        if (n->n_fns >= FN_MAX) {
+                fns_forget(n);
+                lo = 0;
+        }
+        if (n->n_fns == n->cap_fns) {
+                size_t cap = n->cap_fns ? 2 * n->cap_fns : 64;
+                struct fn_info *p = realloc(n->fns, cap * sizeof(*p));
+                if (!p)
+                        return NULL;
+                n->fns = p;
+                n->cap_fns = cap;
+        }
+        memmove(&n->fns[lo + 1], &n->fns[lo], (n->n_fns - lo) * sizeof(*n->fns));
+        n->fns[lo] = (struct fn_info){.start = start, .end = end, .name = name, .inl = -1};
+        n->n_fns++;
+        return &n->fns[lo];
+}
+
+/*
+ * The outermost inlined calls of function `f`, which holds `addr`, found
+ * once: dwarf_getscopes() for each address walked the whole unit every
+ * time, 1.4 ms for an address of CPython's eval loop, and a Python
+ * program's samples land on thousands of them. Returns -ENOMEM or 0.
+ */
+static int fn_inlines(Dwfl_Module *mod, uint64_t addr, struct fn_info *f)
+{
+        if (f->inl >= 0)
+                return 0;
+        f->inl = 0;
+        Dwarf_Die *cu = dwfl_module_addrdie(mod, addr, &f->dbias);
+        Dwarf_Die fn;
+        Dwarf_Files *files = NULL;
+        size_t nfiles = 0;
+        if (!cu || !find_subprogram(cu, addr - f->dbias, &fn, 0) ||
+            dwarf_getsrcfiles(cu, &files, &nfiles) != 0)
+                return 0;
+        if (inl_collect(&fn, files, nfiles, f, 0) < 0) {
+                free(f->calls);
+                f->calls = NULL;
+                f->n = f->cap = 0;
+                f->inl = -1;
+                return -ENOMEM;
+        }
+        qsort(f->calls, f->n, sizeof(*f->calls), by_lo);
+        f->inl = 1;
+        return 0;
+}
+
+/*
+ * outer_call_site() through the function's inlined calls, for an address
+ * of function `f`. Returns 1 with the call site, 0 when addr is not in
+ * inlined code, -1 when it cannot tell (no subprogram found, out of
+ * memory: outer_call_site() then).
+ */
+static int inlined_site(Dwfl_Module *mod, uint64_t addr, struct fn_info *f, const char **file,
+                        int *line)
+{
+        if (fn_inlines(mod, addr, f) < 0 || f->inl != 1)
+                return -1;
+        uint64_t pc = addr - f->dbias;
+        size_t lo = 0, hi = f->n;
+        while (lo < hi) { /* the first call starting after pc */
+                size_t mid = lo + (hi - lo) / 2;
+                if (f->calls[mid].lo <= pc)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        if (lo == 0 || pc >= f->calls[lo - 1].hi)
+                return 0;
+        *file = f->calls[lo - 1].file;
+        *line = f->calls[lo - 1].line;
+        return 1;
+}
+
 /*
  * Whether `path` is the interpreter: its executable or libpython. Code of
  * it that no symbol names (the static functions of a stripped python, as
@@ -1127,8 +1364,16 @@ static struct native_sym *sym_make(struct native *n, uint64_t addr)
                 Dwarf_Addr bias = 0;
                 dwfl_module_getelf(mod, &bias);
                 GElf_Off symoff = 0;
-                GElf_Sym sym;
-                const char *name = dwfl_module_addrinfo(mod, addr, &symoff, &sym, NULL, NULL, NULL);
+                struct fn_info *fn = fn_find(n, addr);
+                const char *name = fn ? fn->name : NULL;
+                if (fn) {
+                        symoff = addr - fn->start;
+                } else {
+                        GElf_Sym sym;
+                        name = dwfl_module_addrinfo(mod, addr, &symoff, &sym, NULL, NULL, NULL);
+                        if (name && *name && sym.st_size > symoff)
+                                fn = fn_add(n, addr - symoff, addr - symoff + sym.st_size, name);
+                }
                 if (name && *name) {
                         named = true;
                         function = name;
@@ -1149,7 +1394,10 @@ static struct native_sym *sym_make(struct native *n, uint64_t addr)
                  * are shown where their Python frame is not linked.)
                  */
                 bool lines = !((e->flags & NATIVE_SYM_PLUMBING) && !n->keep_plumbing);
-                if (lines && !outer_call_site(mod, addr, &file, &line)) {
+                int site = lines && fn ? inlined_site(mod, addr, fn, &file, &line) : -1;
+                if (site < 0)
+                        site = lines && outer_call_site(mod, addr, &file, &line);
+                if (lines && !site) {
                         Dwfl_Line *dl = dwfl_module_getsrc(mod, addr);
                         int lineno = 0;
                         const char *src =
@@ -1513,6 +1761,7 @@ int native_unwind(struct native *n, pid_t tid, const struct native_sym **out, si
                         break;
                 sym_forget_unknown(n);
                 rules_forget(n);
+                fns_forget(n);
         }
         *depth = n->out_n;
         n->st.frames += n->out_n;

@@ -10,8 +10,10 @@
  * RBP is not known, the unwind says it was cut short (-EPIPE) and is never
  * taken for a whole stack (libdw ends there with no error); a stack pointer
  * at no mapping refused, with no capture left behind; the names forgotten
- * past a bound (native_trim) and named again, ids from 1. Skipped where the
- * build has no libdw.
+ * past a bound (native_trim) and named again, ids from 1; a frame whose
+ * return address is in code inlined two levels deep given the line of the
+ * outermost inlined call, in its own function. Skipped where the build has
+ * no libdw.
  */
 #include <alloca.h>
 #include <errno.h>
@@ -39,7 +41,10 @@ struct result {
         int rc;
         size_t depth;
         char names[64][128]; /* copies: native_trim() frees the entries */
+        char files[64][256];
+        int lines[64];
         uint32_t ids[64];
+        int call_line; /* test_inlined_line(): the line of the call made in outer_fn */
 };
 
 /*
@@ -61,6 +66,8 @@ static void capture_and_unwind(bool full, struct result *res)
         res->rc = native_unwind(n, TID, out, 64, &res->depth);
         for (size_t i = 0; i < res->depth; i++) {
                 snprintf(res->names[i], sizeof(res->names[i]), "%s", out[i]->function);
+                snprintf(res->files[i], sizeof(res->files[i]), "%s", out[i]->file);
+                res->lines[i] = out[i]->line;
                 res->ids[i] = out[i]->id;
         }
 }
@@ -84,6 +91,37 @@ deep(int k, bool full, struct result *res)
         }
         capture_and_unwind(full, res);
         return 0;
+}
+
+/*
+ * Two levels of inlining under outer_fn: the capture is called from code of
+ * inner(), inlined into mid(), inlined into outer_fn. Its caller's frame is
+ * outer_fn's, and its line the one in outer_fn where mid() is called (the
+ * outermost inlined call), not a line of mid() or inner().
+ */
+static inline __attribute__((always_inline)) void inner(struct result *res)
+{
+        capture_and_unwind(true, res);
+        __asm__ volatile("" ::: "memory");
+}
+
+static inline __attribute__((always_inline)) void mid(struct result *res, int line)
+{
+        res->call_line = line;
+        inner(res);
+        __asm__ volatile("" ::: "memory");
+}
+
+#if defined(__clang__)
+__attribute__((noinline))
+#else
+__attribute__((noinline, noclone))
+#endif
+static void
+outer_fn(struct result *res)
+{
+        mid(res, __LINE__);
+        __asm__ volatile("" ::: "memory");
 }
 
 static void check_deep(const struct result *res)
@@ -177,6 +215,28 @@ static void test_trim(void **state)
         assert_false(native_trim(n, 64)); /* one unwind's names, under a bound of 64 */
 }
 
+static void test_inlined_line(void **state)
+{
+        (void)state;
+        struct result res = {0};
+        outer_fn(&res);
+        print_message("%d, %zu frames:", res.rc, res.depth);
+        for (size_t i = 0; i < res.depth && i < 3; i++)
+                print_message(" %s (%s:%d)", res.names[i], res.files[i], res.lines[i]);
+        print_message("\n");
+        assert_true(res.depth >= 2);
+        assert_string_equal(res.names[0], "capture_and_unwind");
+        assert_string_equal(res.names[1], "outer_fn");
+        const char *base = strrchr(res.files[1], '/');
+        base = base ? base + 1 : res.files[1];
+        if (strcmp(base, "test_native_self.c") != 0) {
+                print_message("no DWARF lines in this build (%s): line not checked\n",
+                              res.files[1]);
+                return;
+        }
+        assert_int_equal(res.lines[1], res.call_line);
+}
+
 static int setup(void **state)
 {
         (void)state;
@@ -199,10 +259,9 @@ static int teardown(void **state)
 int main(void)
 {
         const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_full),
-            cmocka_unit_test(test_sp_pc_only),
-            cmocka_unit_test(test_unmapped),
-            cmocka_unit_test(test_trim),
+            cmocka_unit_test(test_full),         cmocka_unit_test(test_sp_pc_only),
+            cmocka_unit_test(test_unmapped),     cmocka_unit_test(test_trim),
+            cmocka_unit_test(test_inlined_line),
         };
         int rc = setup(NULL);
         if (rc < 0)
