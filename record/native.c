@@ -63,6 +63,7 @@ extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *st
 #define TOPS_MAX       4096u      /* threads whose stack top is remembered */
 #define RULE_MAX       (1u << 16) /* PCs whose CFI rule is cached before the cache starts over */
 #define FN_MAX         (1u << 14) /* functions whose inlined calls are kept before starting over */
+#define CU_MAX         4096u      /* units whose functions are indexed, likewise */
 #define DIE_DEPTH      64u        /* nesting of DWARF entries walked for them */
 #define LINE_BYTES     64u
 #define LINE_SLOTS     64u
@@ -260,6 +261,20 @@ struct fn_info {
         int8_t inl; /* -1 not looked for yet, 0 its DWARF subprogram not found, 1 found */
 };
 
+/* A function's code in its unit's index: [lo, hi) and its DWARF entry. */
+struct sub_range {
+        uint64_t lo, hi;
+        Dwarf_Die die;
+};
+
+/* The functions of one compilation unit, by address (unit_subprogram()). */
+struct cu_subs {
+        Dwfl_Module *mod;
+        Dwarf_Off cu;
+        struct sub_range *r;
+        size_t n, cap;
+};
+
 struct native {
         pid_t pid;
         Dwfl *dwfl;
@@ -312,6 +327,9 @@ struct native {
         /* functions named so far (fn_find()), by start; emptied on a refresh */
         struct fn_info *fns;
         size_t n_fns, cap_fns;
+        /* units whose functions were indexed (unit_subprogram()); emptied on a refresh */
+        struct cu_subs *cus;
+        size_t n_cus, cap_cus;
 
         /* adjusted PC -> its CFI rule (cfi_rule()), open addressing; emptied on a refresh */
         uint64_t *rule_keys;
@@ -634,12 +652,25 @@ static void syms_free(struct native *n)
         n->n_all = 0;
 }
 
-/* Forget every function's inlined calls (their file names are the modules' own). */
+/* Forget every unit's index (its entries are the modules' own). */
+static void cus_forget(struct native *n)
+{
+        for (size_t i = 0; i < n->n_cus; i++)
+                free(n->cus[i].r);
+        n->n_cus = 0;
+}
+
+/*
+ * Forget every function's name and inlined calls, and the units' indexes
+ * (names, file names and entries are the modules' own: a refresh of the
+ * modules may free them).
+ */
 static void fns_forget(struct native *n)
 {
         for (size_t i = 0; i < n->n_fns; i++)
                 free(n->fns[i].calls);
         n->n_fns = 0;
+        cus_forget(n);
 }
 
 void native_close(struct native *n)
@@ -655,6 +686,7 @@ void native_close(struct native *n)
         free(n->vals);
         fns_forget(n);
         free(n->fns);
+        free(n->cus);
         free(n->rule_keys);
         free(n->rules);
         free(n->tops);
@@ -1165,39 +1197,103 @@ static int inl_collect(Dwarf_Die *die, Dwarf_Files *files, size_t nfiles, struct
         return 0;
 }
 
-/* The subprogram containing `pc` among the children of `die` (a unit, a namespace, a class). */
-static bool find_subprogram(Dwarf_Die *die, Dwarf_Addr pc, Dwarf_Die *out, unsigned depth)
+static int by_lo(const void *a, const void *b)
+{
+        /* struct inl_call and struct sub_range both begin with their lo. */
+        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+        return (x > y) - (x < y);
+}
+
+/*
+ * Every function's code among the children of `die` (a unit, a namespace,
+ * a class) into c: each address range of each subprogram with its entry.
+ */
+static int index_subprograms(Dwarf_Die *die, struct cu_subs *c, unsigned depth)
 {
         Dwarf_Die child;
         if (depth >= DIE_DEPTH || dwarf_child(die, &child) != 0)
-                return false;
+                return 0;
         do {
                 switch (dwarf_tag(&child)) {
-                case DW_TAG_subprogram:
-                        if (dwarf_haspc(&child, pc) == 1) {
-                                *out = child;
-                                return true;
+                case DW_TAG_subprogram: {
+                        Dwarf_Addr base, lo, hi;
+                        for (ptrdiff_t off = 0;
+                             (off = dwarf_ranges(&child, off, &base, &lo, &hi)) > 0;) {
+                                if (lo >= hi)
+                                        continue;
+                                if (c->n == c->cap) {
+                                        size_t cap = c->cap ? 2 * c->cap : 64;
+                                        struct sub_range *p = realloc(c->r, cap * sizeof(*p));
+                                        if (!p)
+                                                return -ENOMEM;
+                                        c->r = p;
+                                        c->cap = cap;
+                                }
+                                c->r[c->n++] = (struct sub_range){lo, hi, child};
                         }
                         break;
+                }
                 case DW_TAG_namespace:
                 case DW_TAG_class_type:
                 case DW_TAG_structure_type:
                 case DW_TAG_union_type:
                 case DW_TAG_module:
-                        if (find_subprogram(&child, pc, out, depth + 1))
-                                return true;
+                        if (index_subprograms(&child, c, depth + 1) < 0)
+                                return -ENOMEM;
                         break;
                 default:
                         break;
                 }
         } while (dwarf_siblingof(&child, &child) == 0);
-        return false;
+        return 0;
 }
 
-static int by_lo(const void *a, const void *b)
+/*
+ * The subprogram of unit `cu` (of module `mod`) whose code holds `pc`.
+ * Walking a unit's entries costs 0.3-0.9 ms in libpython (every type and
+ * declaration its headers bring is one), so each unit is walked once and
+ * its functions' ranges kept, sorted, for the next function asked of it.
+ */
+static bool unit_subprogram(struct native *n, Dwfl_Module *mod, Dwarf_Die *cu, Dwarf_Addr pc,
+                            Dwarf_Die *out)
 {
-        uint64_t x = ((const struct inl_call *)a)->lo, y = ((const struct inl_call *)b)->lo;
-        return (x > y) - (x < y);
+        Dwarf_Off off = dwarf_dieoffset(cu);
+        struct cu_subs *c = NULL;
+        for (size_t i = 0; i < n->n_cus && !c; i++)
+                if (n->cus[i].mod == mod && n->cus[i].cu == off)
+                        c = &n->cus[i];
+        if (!c) {
+                if (n->n_cus >= CU_MAX)
+                        cus_forget(n);
+                if (n->n_cus == n->cap_cus) {
+                        size_t cap = n->cap_cus ? 2 * n->cap_cus : 16;
+                        struct cu_subs *p = realloc(n->cus, cap * sizeof(*p));
+                        if (!p)
+                                return false;
+                        n->cus = p;
+                        n->cap_cus = cap;
+                }
+                c = &n->cus[n->n_cus];
+                *c = (struct cu_subs){.mod = mod, .cu = off};
+                if (index_subprograms(cu, c, 0) < 0) {
+                        free(c->r);
+                        return false;
+                }
+                qsort(c->r, c->n, sizeof(*c->r), by_lo);
+                n->n_cus++;
+        }
+        size_t lo = 0, hi = c->n;
+        while (lo < hi) { /* the first range starting after pc */
+                size_t mid = lo + (hi - lo) / 2;
+                if (c->r[mid].lo <= pc)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        if (lo == 0 || pc >= c->r[lo - 1].hi)
+                return false;
+        *out = c->r[lo - 1].die;
+        return true;
 }
 
 /* The named function holding `addr`, or NULL. */
@@ -1260,7 +1356,7 @@ static struct fn_info *fn_add(struct native *n, uint64_t start, uint64_t end, co
  * time, 1.4 ms for an address of CPython's eval loop, and a Python
  * program's samples land on thousands of them. Returns -ENOMEM or 0.
  */
-static int fn_inlines(Dwfl_Module *mod, uint64_t addr, struct fn_info *f)
+static int fn_inlines(struct native *n, Dwfl_Module *mod, uint64_t addr, struct fn_info *f)
 {
         if (f->inl >= 0)
                 return 0;
@@ -1269,7 +1365,7 @@ static int fn_inlines(Dwfl_Module *mod, uint64_t addr, struct fn_info *f)
         Dwarf_Die fn;
         Dwarf_Files *files = NULL;
         size_t nfiles = 0;
-        if (!cu || !find_subprogram(cu, addr - f->dbias, &fn, 0) ||
+        if (!cu || !unit_subprogram(n, mod, cu, addr - f->dbias, &fn) ||
             dwarf_getsrcfiles(cu, &files, &nfiles) != 0)
                 return 0;
         if (inl_collect(&fn, files, nfiles, f, 0) < 0) {
@@ -1290,10 +1386,10 @@ static int fn_inlines(Dwfl_Module *mod, uint64_t addr, struct fn_info *f)
  * inlined code, -1 when it cannot tell (no subprogram found, out of
  * memory: outer_call_site() then).
  */
-static int inlined_site(Dwfl_Module *mod, uint64_t addr, struct fn_info *f, const char **file,
-                        int *line)
+static int inlined_site(struct native *n, Dwfl_Module *mod, uint64_t addr, struct fn_info *f,
+                        const char **file, int *line)
 {
-        if (fn_inlines(mod, addr, f) < 0 || f->inl != 1)
+        if (fn_inlines(n, mod, addr, f) < 0 || f->inl != 1)
                 return -1;
         uint64_t pc = addr - f->dbias;
         size_t lo = 0, hi = f->n;
@@ -1394,7 +1490,7 @@ static struct native_sym *sym_make(struct native *n, uint64_t addr)
                  * are shown where their Python frame is not linked.)
                  */
                 bool lines = !((e->flags & NATIVE_SYM_PLUMBING) && !n->keep_plumbing);
-                int site = lines && fn ? inlined_site(mod, addr, fn, &file, &line) : -1;
+                int site = lines && fn ? inlined_site(n, mod, addr, fn, &file, &line) : -1;
                 if (site < 0)
                         site = lines && outer_call_site(mod, addr, &file, &line);
                 if (lines && !site) {
