@@ -31,6 +31,7 @@
 #include "native.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -64,6 +65,8 @@ extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *st
 #define RULE_MAX       (1u << 16) /* PCs whose CFI rule is cached before the cache starts over */
 #define FN_MAX         (1u << 14) /* functions whose inlined calls are kept before starting over */
 #define CU_MAX         4096u      /* units whose functions are indexed, likewise */
+#define SYSF_MAX       4096u      /* threads whose /proc syscall file is kept open */
+#define SYSF_IDLE      256u       /* samples a kept file may go unread before it is closed */
 #define DIE_DEPTH      64u        /* nesting of DWARF entries walked for them */
 #define LINE_BYTES     64u
 #define LINE_SLOTS     64u
@@ -229,6 +232,13 @@ struct cfi_rule {
         int64_t off[N_DWARF_REGS]; /* RULE_AT_CFA, RULE_IS_CFA: CFA + off */
 };
 
+/* A thread's /proc/PID/task/TID/syscall, kept open (syscall_regs()). */
+struct sys_file {
+        pid_t tid;
+        int fd;
+        uint64_t used; /* n->begins when last read */
+};
+
 struct stack_top {
         pid_t tid;
         uint64_t top; /* one past the highest stack byte an unwind of the thread read */
@@ -301,6 +311,10 @@ struct native {
         size_t want; /* bytes to copy from SP */
         struct iovec *riov;
 
+        /* threads' syscall files kept open, by tid; n->begins counts samples */
+        struct sys_file *sysf;
+        size_t n_sysf, cap_sysf;
+        uint64_t begins;
         /* per thread: the top of the stack its last complete unwind read (capture sizes) */
         struct stack_top *tops;
         size_t n_tops, cap_tops;
@@ -673,6 +687,23 @@ static void fns_forget(struct native *n)
         cus_forget(n);
 }
 
+/*
+ * Close the kept syscall files not read for `idle` samples (all with 0):
+ * those of threads that ended, mostly.
+ */
+static void sysf_close(struct native *n, uint64_t idle)
+{
+        size_t kept = 0;
+        for (size_t i = 0; i < n->n_sysf; i++) {
+                if (idle && n->sysf[i].used + idle > n->begins) {
+                        n->sysf[kept++] = n->sysf[i];
+                        continue;
+                }
+                close(n->sysf[i].fd);
+        }
+        n->n_sysf = kept;
+}
+
 void native_close(struct native *n)
 {
         if (!n)
@@ -689,6 +720,8 @@ void native_close(struct native *n)
         free(n->cus);
         free(n->rule_keys);
         free(n->rules);
+        sysf_close(n, 0);
+        free(n->sysf);
         free(n->tops);
         free(n->caps);
         free(n->stack);
@@ -703,6 +736,8 @@ void native_begin(struct native *n)
 {
         n->n_caps = 0;
         n->stack_len = 0;
+        if (++n->begins % SYSF_IDLE == 0)
+                sysf_close(n, SYSF_IDLE);
         for (size_t i = 0; i < LINE_SLOTS; i++)
                 n->lines[i].addr = 0;
 }
@@ -869,19 +904,79 @@ static int capture_held(struct native *n, pid_t tid)
 }
 
 /*
+ * Read thread tid's /proc/PID/task/TID/syscall into buf: through a file
+ * kept open for it (one pread), opened the first time. A thread asleep is
+ * read twice a sample (before and after its stack is copied), and opening
+ * the file each time cost more than reading it: open, read and close of a
+ * /proc file 13-18 us on a VM. Returns the length, or -ESRCH when the
+ * thread is gone, another -errno.
+ */
+static ssize_t sysf_read(struct native *n, pid_t tid, char *buf, size_t cap)
+{
+        size_t lo = 0, hi = n->n_sysf;
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (n->sysf[mid].tid < tid)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        bool kept = lo < n->n_sysf && n->sysf[lo].tid == tid;
+        bool was_kept = kept;
+        int fd = kept ? n->sysf[lo].fd : -1;
+        if (!kept) {
+                char path[64];
+                snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", (int)n->pid, (int)tid);
+                fd = open(path, O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        return errno == ENOENT ? -ESRCH : -errno;
+                if (n->n_sysf < SYSF_MAX && n->n_sysf == n->cap_sysf) {
+                        size_t c = n->cap_sysf ? 2 * n->cap_sysf : 16;
+                        struct sys_file *p = realloc(n->sysf, c * sizeof(*p));
+                        if (p) {
+                                n->sysf = p;
+                                n->cap_sysf = c;
+                        }
+                }
+                if (n->n_sysf < n->cap_sysf) {
+                        memmove(&n->sysf[lo + 1], &n->sysf[lo],
+                                (n->n_sysf - lo) * sizeof(*n->sysf));
+                        n->sysf[lo] = (struct sys_file){.tid = tid, .fd = fd};
+                        n->n_sysf++;
+                        kept = true;
+                }
+        }
+        ssize_t len;
+        do
+                len = pread(fd, buf, cap, 0);
+        while (len < 0 && errno == EINTR);
+        int err = len < 0 ? errno : ESRCH;
+        if (kept && len > 0) {
+                n->sysf[lo].used = n->begins;
+                return len;
+        }
+        close(fd);
+        if (kept) {
+                n->n_sysf--;
+                memmove(&n->sysf[lo], &n->sysf[lo + 1], (n->n_sysf - lo) * sizeof(*n->sysf));
+        }
+        /* A file kept for a thread that ended: its id may be another's now. */
+        if (len <= 0 && was_kept)
+                return sysf_read(n, tid, buf, cap);
+        return len > 0 ? len : -err;
+}
+
+/*
  * Parse /proc/PID/task/TID/syscall: "NR ARG1..ARG6 SP PC" for a thread in a
  * system call, "-1 SP PC" for one blocked in the kernel otherwise, "running"
  * for one on a CPU. Returns 0 with *sp and *pc, or -EAGAIN.
  */
-static int syscall_regs(pid_t pid, pid_t tid, uint64_t *nr, uint64_t *sp, uint64_t *pc)
+static int syscall_regs(struct native *n, pid_t tid, uint64_t *nr, uint64_t *sp, uint64_t *pc)
 {
-        char path[64], buf[256];
-        snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", (int)pid, (int)tid);
-        FILE *f = fopen(path, "re");
-        if (!f)
-                return errno == ENOENT ? -ESRCH : -errno;
-        size_t len = fread(buf, 1, sizeof(buf) - 1, f);
-        fclose(f);
+        char buf[256];
+        ssize_t len = sysf_read(n, tid, buf, sizeof(buf) - 1);
+        if (len < 0)
+                return (int)len;
         buf[len] = 0;
         unsigned long long v[9];
         int k = sscanf(buf, "%lld %llx %llx %llx %llx %llx %llx %llx %llx", (long long *)&v[0],
@@ -914,7 +1009,7 @@ int native_capture_sleeping(struct native *n, pid_t tid)
 static int capture_sleeping(struct native *n, pid_t tid)
 {
         uint64_t nr, sp, pc;
-        int rc = syscall_regs(n->pid, tid, &nr, &sp, &pc);
+        int rc = syscall_regs(n, tid, &nr, &sp, &pc);
         if (rc < 0)
                 return rc;
         uint64_t regs[N_DWARF_REGS] = {0};
@@ -924,8 +1019,7 @@ static int capture_sleeping(struct native *n, pid_t tid)
                 return rc;
         /* Still asleep where it was: the copy is of a stack that did not move. */
         uint64_t nr2, sp2, pc2;
-        if (syscall_regs(n->pid, tid, &nr2, &sp2, &pc2) < 0 || nr2 != nr || sp2 != sp ||
-            pc2 != pc) {
+        if (syscall_regs(n, tid, &nr2, &sp2, &pc2) < 0 || nr2 != nr || sp2 != sp || pc2 != pc) {
                 n->n_caps--;
                 n->stack_len = n->caps[n->n_caps].off;
                 return -EAGAIN;

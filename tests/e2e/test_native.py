@@ -210,9 +210,15 @@ def nogil_worker(end):
     nat_ext.nogil(N, max(0.0, end - time.time()))
 
 
+def sleeper(end):
+    while time.time() < end:
+        time.sleep(0.05)
+
+
 end = time.time() + float(sys.argv[2])
 t = threading.Thread(target=nogil_worker, args=(end,))
 t.start()
+threading.Thread(target=sleeper, args=(end,)).start()
 nat_ext.start_pthread()
 while time.time() < end:
     outer()
@@ -422,6 +428,22 @@ def native_run(r, label, py, work, script, flags):
             "%d of the worker's %d samples; its tops: %s" % (
                 n_nogil, sum(worker.values()),
                 sorted(worker.items(), key=lambda x: -x[1])[:5]))
+    # A thread asleep in time.sleep: its native stack (read from /proc, not held) under
+    # its Python frame, down to the sleeping call. --bpf samples threads on a CPU only.
+    if "--bpf" not in flags:
+        asleep = {}
+        for seq, s in stacks:
+            if find_run(seq, [("sleeper", py_)]) >= 0:
+                leaf = seq[-1][0] if seq[-1][1] == nat else "(python) " + seq[-1][0]
+                asleep[leaf] = asleep.get(leaf, 0) + s["count"]
+        in_call = sum(c for leaf, c in asleep.items()
+                      if not leaf.startswith("(python)") and
+                      any(k in leaf for k in ("nanosleep", "select", "poll")))
+        r.check(label, "a sleeping thread's native stack, down to its sleeping call",
+                in_call >= 20 and in_call >= 0.8 * sum(asleep.values()),
+                "%d of its %d samples; leaves %s" % (
+                    in_call, sum(asleep.values()),
+                    sorted(asleep.items(), key=lambda x: -x[1])[:5]))
     # The thread started from C: no Python frame at all, its own loop on top.
     n_pthread = sum(s["count"] for seq, s in stacks
                     if find_run(seq, [("nat_pthread_loop", nat)]) >= 0
