@@ -206,6 +206,8 @@ def bench(args, py):
     time.sleep(0.3)
     modes = (("default", None), ("no-bpf", "--no-bpf"), ("blocking", "--blocking"),
              ("native", "--native"), ("bpf", "--bpf"), ("bpf-native", "--bpf --native"))
+    if args.modes:
+        modes = tuple(m for m in modes if m[0] in args.modes.split(","))
     rows = {name: [] for name, _ in modes}
     try:
         for _ in range(args.rounds):
@@ -231,7 +233,10 @@ def bench(args, py):
                 statistics.median(prog), ", ".join("%.1f" % c for c in prog),
                 statistics.median([a + b for a, b in zip(steady, prog)]))))
     for name in ("native", "bpf-native"):
-        native_rows(name, rows[name])
+        if rows.get(name):
+            native_rows(name, rows[name])
+    if args.no_slowdown:
+        return
     # Slowdown: fixed work, interleaved, medians.
     iters = args.iters
     t = {None: [], "--blocking": [], "--native": [], "--bpf --native": []}
@@ -277,6 +282,9 @@ def main():
     ap.add_argument("--seconds", type=float, default=5)
     ap.add_argument("--iters", type=int, default=250000,
                     help="units of fixed work to time (about 16 us each here: 4 s)")
+    ap.add_argument("--modes", help="only these modes, by name, comma-separated (default, "
+                    "no-bpf, blocking, native, bpf, bpf-native)")
+    ap.add_argument("--no-slowdown", action="store_true", help="skip timing the target")
     args = ap.parse_args()
     home = os.path.expanduser("~/.pyenv/versions")
     print("one timer wake-up of a process that only sleeps costs %.1f us of CPU after %g ms, "

@@ -1071,21 +1071,26 @@ def main():
             print("SKIP: mode bpf: %s" % why)
             r.skipped += 1
             modes.remove("bpf")
+    took = {}  # seconds per test, all interpreters and modes: CI's budget
     try:
         for label, py in interps:
             for mode in modes:
                 for t in TESTS:
                     if args.test and args.test not in t.__name__:
                         continue
+                    t0 = time.monotonic()
                     try:
                         t(r, label, py, mode)
                     except Exception as e:  # a crash of one check must not hide others
                         r.check("%s %s %s" % (label, mode, t.__name__), False, repr(e))
+                    took[t.__name__] = took.get(t.__name__, 0.0) + time.monotonic() - t0
     finally:
         if r.failed == 0:
             shutil.rmtree(r.tmp, ignore_errors=True)
         else:
             print("traces kept in %s" % r.tmp)
+    print("seconds per test: " + ", ".join("%s %.0f" % (n[5:], s) for n, s in
+                                             sorted(took.items(), key=lambda x: -x[1])))
     print("%d passed, %d failed, %d skipped" % (r.passed, r.failed, r.skipped))
     return 1 if r.failed else 0
 
