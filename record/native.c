@@ -1195,49 +1195,6 @@ static uint64_t cfi_function_start(Dwfl_Module *mod, uint64_t addr)
         return found;
 }
 
-/*
- * Where `addr`, inlined into the function its symbol names, sits in that
- * function: the call site of the outermost inlined call (DWARF
- * DW_AT_call_file, DW_AT_call_line), so that a frame's line belongs to its
- * function. Returns false when addr is not in inlined code (or no DWARF).
- */
-static bool outer_call_site(Dwfl_Module *mod, uint64_t addr, const char **file, int *line)
-{
-        Dwarf_Addr dbias = 0;
-        Dwarf_Die *cu = dwfl_module_addrdie(mod, addr, &dbias);
-        if (!cu)
-                return false;
-        Dwarf_Die *scopes = NULL;
-        int n = dwarf_getscopes(cu, addr - dbias, &scopes);
-        int outer = -1;
-        for (int i = 0; i < n; i++) {
-                int tag = dwarf_tag(&scopes[i]);
-                if (tag == DW_TAG_inlined_subroutine)
-                        outer = i;
-                else if (tag == DW_TAG_subprogram)
-                        break;
-        }
-        bool found = false;
-        Dwarf_Attribute a;
-        Dwarf_Word fileidx = 0, lineno = 0;
-        Dwarf_Files *files = NULL;
-        size_t nfiles = 0;
-        if (outer >= 0 &&
-            dwarf_formudata(dwarf_attr(&scopes[outer], DW_AT_call_file, &a), &fileidx) == 0 &&
-            dwarf_formudata(dwarf_attr(&scopes[outer], DW_AT_call_line, &a), &lineno) == 0 &&
-            dwarf_getsrcfiles(cu, &files, &nfiles) == 0 && fileidx < nfiles && lineno > 0 &&
-            lineno < INT32_MAX) {
-                const char *f = dwarf_filesrc(files, fileidx, NULL, NULL);
-                if (f && *f) {
-                        *file = f;
-                        *line = (int)lineno;
-                        found = true;
-                }
-        }
-        free(scopes);
-        return found;
-}
-
 static int inl_add(struct fn_info *f, uint64_t lo, uint64_t hi, const char *file, int line)
 {
         if (f->n == f->cap) {
@@ -1256,8 +1213,8 @@ static int inl_add(struct fn_info *f, uint64_t lo, uint64_t hi, const char *file
  * The outermost inlined calls under `die` (a function, or a block of it):
  * each inlined subroutine's address ranges with its call site, not looking
  * inside it (the calls it inlines in turn are its own) nor into a nested
- * function. What dwarf_getscopes() finds for one address, for every
- * address of the function at once.
+ * function: the call sites of the outermost inlined calls of every address
+ * of the function at once.
  */
 static int inl_collect(Dwarf_Die *die, Dwarf_Files *files, size_t nfiles, struct fn_info *f,
                        unsigned depth)
@@ -1446,9 +1403,13 @@ static struct fn_info *fn_add(struct native *n, uint64_t start, uint64_t end, co
 
 /*
  * The outermost inlined calls of function `f`, which holds `addr`, found
- * once: dwarf_getscopes() for each address walked the whole unit every
- * time, 1.4 ms for an address of CPython's eval loop, and a Python
- * program's samples land on thousands of them. Returns -ENOMEM or 0.
+ * once (f->inl then 1; 0 when its subprogram is not found). The lines of a
+ * function's addresses were found by dwarf_getscopes(), which walked the
+ * whole unit for every address (1.4 ms for one of CPython's eval loop, and
+ * a Python program's samples land on thousands of them) and, in code
+ * inlined two levels deep, gave the innermost call's site (from an inlined
+ * instance it goes on into its abstract definition's scopes). Returns
+ * -ENOMEM or 0.
  */
 static int fn_inlines(struct native *n, Dwfl_Module *mod, uint64_t addr, struct fn_info *f)
 {
@@ -1474,17 +1435,9 @@ static int fn_inlines(struct native *n, Dwfl_Module *mod, uint64_t addr, struct 
         return 0;
 }
 
-/*
- * outer_call_site() through the function's inlined calls, for an address
- * of function `f`. Returns 1 with the call site, 0 when addr is not in
- * inlined code, -1 when it cannot tell (no subprogram found, out of
- * memory: outer_call_site() then).
- */
-static int inlined_site(struct native *n, Dwfl_Module *mod, uint64_t addr, struct fn_info *f,
-                        const char **file, int *line)
+/* The call site of the outermost inlined call holding `addr` in f: 1, or 0 when none. */
+static int inl_lookup(const struct fn_info *f, uint64_t addr, const char **file, int *line)
 {
-        if (fn_inlines(n, mod, addr, f) < 0 || f->inl != 1)
-                return -1;
         uint64_t pc = addr - f->dbias;
         size_t lo = 0, hi = f->n;
         while (lo < hi) { /* the first call starting after pc */
@@ -1499,6 +1452,31 @@ static int inlined_site(struct native *n, Dwfl_Module *mod, uint64_t addr, struc
         *file = f->calls[lo - 1].file;
         *line = f->calls[lo - 1].line;
         return 1;
+}
+
+/*
+ * Where `addr`, inlined into the function that holds it, sits in that
+ * function: the call site of the outermost inlined call (DWARF
+ * DW_AT_call_file, DW_AT_call_line), so that a frame's line belongs to its
+ * function, however deep the inlining. For a function whose symbol gave
+ * it a range (fn, kept: its inlined calls are collected once); else for
+ * this address alone (no symbol, or one of no size). Returns 1 with the
+ * call site, 0 when addr is not in inlined code or there is no DWARF.
+ */
+static int call_site(struct native *n, Dwfl_Module *mod, uint64_t addr, struct fn_info *fn,
+                     const char **file, int *line)
+{
+        if (fn) {
+                if (fn_inlines(n, mod, addr, fn) == 0 && fn->inl == 1)
+                        return inl_lookup(fn, addr, file, line);
+                if (fn->inl == 0)
+                        return 0;
+        }
+        struct fn_info f = {.inl = -1};
+        int found =
+            fn_inlines(n, mod, addr, &f) == 0 && f.inl == 1 && inl_lookup(&f, addr, file, line);
+        free(f.calls);
+        return found;
 }
 
 /*
@@ -1584,10 +1562,7 @@ static struct native_sym *sym_make(struct native *n, uint64_t addr)
                  * are shown where their Python frame is not linked.)
                  */
                 bool lines = !((e->flags & NATIVE_SYM_PLUMBING) && !n->keep_plumbing);
-                int site = lines && fn ? inlined_site(n, mod, addr, fn, &file, &line) : -1;
-                if (site < 0)
-                        site = lines && outer_call_site(mod, addr, &file, &line);
-                if (lines && !site) {
+                if (lines && !call_site(n, mod, addr, fn, &file, &line)) {
                         Dwfl_Line *dl = dwfl_module_getsrc(mod, addr);
                         int lineno = 0;
                         const char *src =
