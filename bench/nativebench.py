@@ -21,7 +21,12 @@ before (each Python call is a few C frames). For each interpreter given:
      the first time) and overall;
   3. the workload's slowdown at --rate (default 100 Hz): fixed work timed
      unprofiled, under --blocking, --native and --bpf --native, interleaved,
-     medians.
+     medians;
+  4. --native over two programs as users run them (--real-seconds each,
+     twice, whole recordings): a pure-Python loop, whose samples land on
+     thousands of the interpreter's addresses (each named the first time),
+     and 8 threads asleep in time.sleep beside a busy one (each sleeping
+     thread's stack read from /proc every sample).
 For --bpf modes the in-kernel program's own time per sample (meta
 bpf_run_ns) is printed beside the recorder's and added to it.
 The workload runs on CPU 0, the recorder on CPU 1 (taskset) when there are
@@ -117,6 +122,44 @@ else:
     sys.stdout.write("%.6f\n" % (time.time() - t0))
 '''
 
+# Programs as users run them, for what --native costs there: a pure-Python loop (its
+# samples land on thousands of addresses of the interpreter, each named once), and a
+# service-like program with 8 threads asleep in time.sleep and one busy (each asleep
+# thread's stack is read from /proc every sample).
+REAL_PY = r'''
+import sys
+import threading
+import time
+
+
+def sleeper():
+    while True:
+        time.sleep(0.05)
+
+
+def work(n):
+    s = 0
+    for i in range(n):
+        s += i * i % 7
+        if s > 1000:
+            s = s // 3
+    d = {}
+    for i in range(n // 10):
+        d[str(i)] = [i, i + 1]
+    return s + len(d)
+
+
+if sys.argv[1] == "sleepers":
+    for _ in range(8):
+        t = threading.Thread(target=sleeper)
+        t.daemon = True
+        t.start()
+sys.stdout.write("ready\n")
+sys.stdout.flush()
+while True:
+    work(10000)
+'''
+
 
 def pin(cpu):
     return ["taskset", "-c", str(cpu)] if os.path.exists("/usr/bin/taskset") and \
@@ -133,6 +176,8 @@ def build(py, work):
                     os.path.join(work, "benchext.so"), src], check=True)
     with open(os.path.join(work, "work.py"), "w") as f:
         f.write(WORK_PY)
+    with open(os.path.join(work, "real.py"), "w") as f:
+        f.write(REAL_PY)
 
 
 def meta(report, db):
@@ -235,6 +280,8 @@ def bench(args, py):
     for name in ("native", "bpf-native"):
         if rows.get(name):
             native_rows(name, rows[name])
+    if args.real_seconds > 0:
+        real_rows(args, py, work)
     if args.no_slowdown:
         return
     # Slowdown: fixed work, interleaved, medians.
@@ -248,6 +295,37 @@ def bench(args, py):
         print("  %-14s target slowdown at %g Hz: %.3fx (%.2f s vs %.2f s unprofiled)" % (
             mode, args.rate, statistics.median(t[mode]) / base, statistics.median(t[mode]),
             base))
+    sys.stdout.flush()
+
+
+def real_rows(args, py, work):
+    """--native over programs as users run them, args.real_seconds each, twice."""
+    for kind in ("loop", "sleepers"):
+        p = subprocess.Popen(pin(0) + [py, os.path.join(work, "real.py"), kind],
+                             stdout=subprocess.PIPE, universal_newlines=True)
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(0.5)
+        ms = []
+        try:
+            for _ in range(2):
+                ms.append(record(args, p.pid, os.path.join(work, "real.db"), "--native",
+                                 args.real_seconds))
+        finally:
+            p.kill()
+            p.wait()
+        what = ("a pure-Python loop" if kind == "loop" else
+                "8 threads in time.sleep, one busy")
+        # Whole recordings: naming every address the first time it is met is part of it.
+        print("  --native, %s, %g s (2 runs): recorder CPU per thread sample %s us; "
+              "unwinding per stack %s us (warm %s); capture per thread %s us; "
+              "%s addresses named" % (
+                  what, args.real_seconds,
+                  " / ".join("%.1f" % per(m, "recorder_cpu_ns", "samples") for m in ms),
+                  " / ".join("%.1f" % per(m, "native_unwind_ns", "native_unwinds") for m in ms),
+                  " / ".join("%.1f" % per(m, "native_warm_unwind_ns", "native_warm_unwinds")
+                             for m in ms),
+                  " / ".join("%.1f" % per(m, "native_capture_ns", "native_captures") for m in ms),
+                  " / ".join(str(m.get("native_symbols")) for m in ms)))
     sys.stdout.flush()
 
 
@@ -285,6 +363,9 @@ def main():
     ap.add_argument("--modes", help="only these modes, by name, comma-separated (default, "
                     "no-bpf, blocking, native, bpf, bpf-native)")
     ap.add_argument("--no-slowdown", action="store_true", help="skip timing the target")
+    ap.add_argument("--real-seconds", type=float, default=20,
+                    help="seconds of each recording of the programs as users run them "
+                    "(a pure-Python loop; 8 sleeping threads and one busy); 0: none")
     args = ap.parse_args()
     home = os.path.expanduser("~/.pyenv/versions")
     print("one timer wake-up of a process that only sleeps costs %.1f us of CPU after %g ms, "
