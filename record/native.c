@@ -1330,7 +1330,8 @@ static bool unit_subprogram(struct native *n, Dwfl_Module *mod, Dwarf_Die *cu, D
                         free(c->r);
                         return false;
                 }
-                qsort(c->r, c->n, sizeof(*c->r), by_lo);
+                if (c->n > 1)
+                        qsort(c->r, c->n, sizeof(*c->r), by_lo);
                 n->n_cus++;
         }
         size_t lo = 0, hi = c->n;
@@ -1430,7 +1431,8 @@ static int fn_inlines(struct native *n, Dwfl_Module *mod, uint64_t addr, struct 
                 f->inl = -1;
                 return -ENOMEM;
         }
-        qsort(f->calls, f->n, sizeof(*f->calls), by_lo);
+        if (f->n > 1) /* none: f->calls is NULL, which qsort must not see */
+                qsort(f->calls, f->n, sizeof(*f->calls), by_lo);
         f->inl = 1;
         return 0;
 }
