@@ -583,6 +583,17 @@ def test_signals(r, label, py, mode):
                                    + mode_flags(mode), stderr=subprocess.PIPE,
                                    universal_newlines=True)
             time.sleep(1.5)
+            if sig == signal.SIGKILL:
+                # What was committed must survive: wait until a commit is in the file (one a
+                # second; a slow start, as under ThreadSanitizer with --bpf, may take longer).
+                deadline = time.time() + 30
+                while time.time() < deadline:
+                    try:
+                        if r.info(db)["samples"] >= 20:
+                            break
+                    except (RuntimeError, ValueError, KeyError, OSError):
+                        pass
+                    time.sleep(0.25)
             rec.send_signal(sig)
             _, err = rec.communicate(timeout=30)
             inf = r.info(db)
