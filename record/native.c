@@ -1248,9 +1248,29 @@ static int inl_collect(Dwarf_Die *die, Dwarf_Files *files, size_t nfiles, struct
         return 0;
 }
 
+/*
+ * How many of the n entries at base (each `size` bytes, sorted by the
+ * uint64_t they begin with: a start address) begin at or below key: the
+ * index of the first that begins after it.
+ */
+static size_t count_le(const void *base, size_t n, size_t size, uint64_t key)
+{
+        size_t lo = 0, hi = n;
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                uint64_t at;
+                memcpy(&at, (const char *)base + mid * size, sizeof(at));
+                if (at <= key)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return lo;
+}
+
 static int by_lo(const void *a, const void *b)
 {
-        /* struct inl_call and struct sub_range both begin with their lo. */
+        /* struct inl_call and struct sub_range begin with their lo (count_le() too). */
         uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
         return (x > y) - (x < y);
 }
@@ -1334,14 +1354,7 @@ static bool unit_subprogram(struct native *n, Dwfl_Module *mod, Dwarf_Die *cu, D
                         qsort(c->r, c->n, sizeof(*c->r), by_lo);
                 n->n_cus++;
         }
-        size_t lo = 0, hi = c->n;
-        while (lo < hi) { /* the first range starting after pc */
-                size_t mid = lo + (hi - lo) / 2;
-                if (c->r[mid].lo <= pc)
-                        lo = mid + 1;
-                else
-                        hi = mid;
-        }
+        size_t lo = count_le(c->r, c->n, sizeof(*c->r), pc);
         if (lo == 0 || pc >= c->r[lo - 1].hi)
                 return false;
         *out = c->r[lo - 1].die;
@@ -1351,14 +1364,7 @@ static bool unit_subprogram(struct native *n, Dwfl_Module *mod, Dwarf_Die *cu, D
 /* The named function holding `addr`, or NULL. */
 static struct fn_info *fn_find(struct native *n, uint64_t addr)
 {
-        size_t lo = 0, hi = n->n_fns;
-        while (lo < hi) { /* the first function starting after addr */
-                size_t mid = lo + (hi - lo) / 2;
-                if (n->fns[mid].start <= addr)
-                        lo = mid + 1;
-                else
-                        hi = mid;
-        }
+        size_t lo = count_le(n->fns, n->n_fns, sizeof(*n->fns), addr);
         return lo && addr < n->fns[lo - 1].end ? &n->fns[lo - 1] : NULL;
 }
 
@@ -1374,14 +1380,8 @@ static struct fn_info *fn_find(struct native *n, uint64_t addr)
  */
 static struct fn_info *fn_add(struct native *n, uint64_t start, uint64_t end, const char *name)
 {
-        size_t lo = 0, hi = n->n_fns;
-        while (lo < hi) {
-                size_t mid = lo + (hi - lo) / 2;
-                if (n->fns[mid].start < start)
-                        lo = mid + 1;
-                else
-                        hi = mid;
-        }
+        /* A known function starting at `start` too is at lo - 1, and overlaps. */
+        size_t lo = count_le(n->fns, n->n_fns, sizeof(*n->fns), start);
         if ((lo < n->n_fns && n->fns[lo].start < end) || (lo > 0 && n->fns[lo - 1].end > start))
                 return NULL;
         if (n->n_fns >= FN_MAX) {
@@ -1441,14 +1441,7 @@ static int fn_inlines(struct native *n, Dwfl_Module *mod, uint64_t addr, struct 
 static int inl_lookup(const struct fn_info *f, uint64_t addr, const char **file, int *line)
 {
         uint64_t pc = addr - f->dbias;
-        size_t lo = 0, hi = f->n;
-        while (lo < hi) { /* the first call starting after pc */
-                size_t mid = lo + (hi - lo) / 2;
-                if (f->calls[mid].lo <= pc)
-                        lo = mid + 1;
-                else
-                        hi = mid;
-        }
+        size_t lo = count_le(f->calls, f->n, sizeof(*f->calls), pc);
         if (lo == 0 || pc >= f->calls[lo - 1].hi)
                 return 0;
         *file = f->calls[lo - 1].file;

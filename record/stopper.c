@@ -216,7 +216,7 @@ static void thread_fresh(struct stopper *s, struct stopper_thread *t, int state)
  * change can hide from it but one made between two reads of this pass,
  * which a listing of /proc/PID/task could not see either. Listing that
  * directory costs more than the rest of the pass's reads (27-40 us against
- * 10-15 us for a stat on a VM, bench/nativebench.py); it is left for when
+ * 10-15 us for a stat on a VM, timed once by a loop of a pass's calls); it is left for when
  * the threads changed. Returns false when they did (or on the first pass).
  */
 static bool same_threads(struct stopper *s)
