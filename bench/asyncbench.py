@@ -7,10 +7,11 @@ is recorded for a few seconds at 100 Hz with and without --async, and the
 recorder's own CPU time per sample (meta recorder_cpu_ns / samples, measured
 around its sampling loop) is printed for N = 1, 100 and 10,000, with the
 task samples written and the memory reads per sample where the recorder
-prints them. Usage:
+prints them. With --pure the target blocks the _asyncio module: its tasks
+are asyncio's pure-Python Task, read attribute by attribute. Usage:
 
   python3 bench/asyncbench.py --record build/record/pyflame-record \\
-      [--python PATH] [--tasks 1,100,10000] [--seconds 5]
+      [--python PATH] [--tasks 1,100,10000] [--seconds 5] [--pure]
 """
 import argparse
 import os
@@ -21,7 +22,10 @@ import tempfile
 import time
 
 TARGET = r'''
-import asyncio, sys
+import os, sys
+if os.environ.get("PYFLAME_PURE_TASKS") == "1":
+    sys.modules["_asyncio"] = None
+import asyncio
 
 async def leaf():
     await asyncio.sleep(3600)
@@ -55,7 +59,8 @@ def run(args, n, with_async, tmp):
     ready = os.path.join(tmp, "ready")
     if os.path.exists(ready):
         os.unlink(ready)
-    target = subprocess.Popen([args.python, script, str(n), ready])
+    env = dict(os.environ, PYFLAME_PURE_TASKS="1" if args.pure else "0")
+    target = subprocess.Popen([args.python, script, str(n), ready], env=env)
     try:
         deadline = time.time() + 60
         while not os.path.exists(ready) and time.time() < deadline:
@@ -84,10 +89,13 @@ def main():
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--tasks", default="1,100,10000")
     ap.add_argument("--seconds", type=float, default=5)
+    ap.add_argument("--pure", action="store_true",
+                    help="pure-Python tasks (the target cannot import _asyncio)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="pyflame-asyncbench-")
     print("python: %s" % subprocess.run([args.python, "--version"], stdout=subprocess.PIPE,
-                                        universal_newlines=True).stdout.strip())
+                                        universal_newlines=True).stdout.strip() +
+          (", pure-Python tasks (no _asyncio)" if args.pure else ""))
     print("%8s  %14s  %14s  %10s  %12s" % ("tasks", "us/sample", "us/sample", "samples",
                                            "task samples"))
     print("%8s  %14s  %14s  %10s  %12s" % ("", "(threads)", "(--async)", "", "per sample"))

@@ -5,6 +5,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "pystr.h"
 #include "pywalk_int.h"
@@ -29,11 +30,12 @@
  * read that fails or a shape that does not fit means "no name".
  */
 
-#define MAX_DICT_SLOTS  (1u << 20) /* hash table slots of a dict we read */
-#define MAX_DICT_SCAN   (1u << 15) /* entries compared against a key: larger dicts give no name */
-#define MAX_ATTR_OFFSET 4096       /* tp_dictoffset or tp_basicsize we believe */
-#define DICT_HEAD_BUF   128
-#define KEYS_HEAD_BUF   64
+#define MAX_DICT_SLOTS   (1u << 20) /* hash table slots of a dict we read */
+#define MAX_DICT_SCAN    (1u << 15) /* entries compared against a key: larger dicts give no name */
+#define MAX_OBJECT_ATTRS 64         /* entries of an instance read whole (pywalk_object_attrs) */
+#define MAX_ATTR_OFFSET  4096       /* tp_dictoffset or tp_basicsize we believe */
+#define DICT_HEAD_BUF    128
+#define KEYS_HEAD_BUF    64
 
 #define TPFLAGS_INLINE_VALUES (1ul << 2)  /* 3.13+ */
 #define TPFLAGS_MANAGED_DICT  (1ul << 4)  /* 3.11+ */
@@ -421,9 +423,9 @@ static int managed_view(struct pywalk *w, uint64_t obj, const uint8_t *pre, size
         return t->keys_rc;
 }
 
-/* The attribute `attr` of the instance at obj, from its __dict__ or values. */
-static int instance_attr(struct pywalk *w, struct names_pass *np, uint64_t obj, const char *attr,
-                         uint64_t *value)
+/* The entries of the attributes of the instance at obj: its __dict__, or its values. */
+static int instance_view(struct pywalk *w, struct names_pass *np, uint64_t obj,
+                         struct thread_type **type, struct dict_view *v)
 {
         const struct pylayout *L = &w->L;
         /* The object's type and, before it, its managed dict or values pointers: one read. */
@@ -439,17 +441,23 @@ static int instance_attr(struct pywalk *w, struct names_pass *np, uint64_t obj, 
         struct thread_type *t;
         if ((rc = thread_type_get(w, np, rd64(buf + pre + L->ob_type), &t)) != 0)
                 return rc;
+        *type = t;
+        if (pre && (t->flags & TPFLAGS_MANAGED_DICT))
+                return managed_view(w, obj, buf, pre, t, v);
+        if (t->dictoffset <= 0 || t->dictoffset > MAX_ATTR_OFFSET)
+                return NO_NAME; /* no __dict__, or one at the end of a variable-size object */
+        uint64_t dict;
+        rc = read_word(w, obj + (uint64_t)t->dictoffset, &dict);
+        return rc ? rc : dict_view(w, dict, v);
+}
+
+/* The attribute `attr` of the instance at obj, from its __dict__ or values. */
+static int instance_attr(struct pywalk *w, struct names_pass *np, uint64_t obj, const char *attr,
+                         uint64_t *value)
+{
+        struct thread_type *t;
         struct dict_view v;
-        if (pre && (t->flags & TPFLAGS_MANAGED_DICT)) {
-                rc = managed_view(w, obj, buf, pre, t, &v);
-        } else if (t->dictoffset > 0 && t->dictoffset <= MAX_ATTR_OFFSET) {
-                uint64_t dict;
-                rc = read_word(w, obj + (uint64_t)t->dictoffset, &dict);
-                if (rc == 0)
-                        rc = dict_view(w, dict, &v);
-        } else {
-                rc = NO_NAME; /* no __dict__, or one at the end of a variable-size object */
-        }
+        int rc = instance_view(w, np, obj, &t, &v);
         if (rc)
                 return rc;
         /* Instances sharing keys (split tables, values arrays) share the name's index too. */
@@ -582,6 +590,126 @@ int pywalk_object_attr(struct pywalk *w, uint64_t obj, const char *attr, uint64_
 {
         struct names_pass np = {.n_types = 0};
         return instance_attr(w, &np, obj, attr, value);
+}
+
+/*
+ * What pywalk_object_attrs() remembers: str keys by address and which of
+ * the caller's names each is (attribute names are interned strs the code of
+ * their class holds; the caller forgets them now and then all the same);
+ * the classes seen this sample; the last split table's entries (every
+ * instance of a class shares them).
+ */
+#define ATTR_KEYS 128
+struct pywalk_attrs {
+        uint64_t key[ATTR_KEYS];
+        int8_t which[ATTR_KEYS];
+        size_t n_keys;
+        struct names_pass np;
+        uint64_t split_at; /* the entries below are those at split_at (0: none) */
+        uint32_t split_n;
+        int8_t split_which[MAX_OBJECT_ATTRS];
+};
+
+struct pywalk_attrs *pywalk_attrs_new(void)
+{
+        return calloc(1, sizeof(struct pywalk_attrs));
+}
+
+void pywalk_attrs_free(struct pywalk_attrs *a)
+{
+        free(a);
+}
+
+void pywalk_attrs_sample(struct pywalk_attrs *a, bool forget_keys)
+{
+        a->np.n_types = 0;
+        a->split_at = 0;
+        if (forget_keys)
+                a->n_keys = 0;
+}
+
+/* Which of names[] the str key at `key` is: -1 for none, -2 when it does not read. */
+static int attr_key(struct pywalk *w, struct pywalk_attrs *a, uint64_t key,
+                    const char *const *names, size_t n_names)
+{
+        for (size_t i = 0; i < a->n_keys; i++)
+                if (a->key[i] == key)
+                        return a->which[i];
+        size_t plen = pywalk_object_short_len(&w->L);
+        uint8_t pre[OBJ_PREFIX];
+        int rc = read_head(w, key, pre, str_head_len(&w->L), plen);
+        int which = -1;
+        for (size_t i = 0; rc > 0 && i < n_names && which < 0; i++) {
+                int r = key_is(w, key, pre, (size_t)rc, names[i]);
+                if (r < 0)
+                        return fatal_read(r) ? r : -2;
+                which = r == 1 ? (int)i : -1;
+        }
+        if (rc <= 0)
+                return rc < 0 && fatal_read(rc) ? rc : -2;
+        if (a->n_keys == ATTR_KEYS)
+                a->n_keys = 0;
+        a->key[a->n_keys] = key;
+        a->which[a->n_keys++] = (int8_t)which;
+        return which;
+}
+
+int pywalk_object_attrs(struct pywalk *w, uint64_t obj, const char *const *names, size_t n_names,
+                        struct pywalk_attrs *a, uint64_t *values)
+{
+        struct thread_type *t;
+        struct dict_view v;
+        memset(values, 0, n_names * sizeof(*values));
+        if (n_names > 127)
+                return NO_NAME;
+        int rc = instance_view(w, &a->np, obj, &t, &v);
+        if (rc)
+                return rc;
+        if (v.n > MAX_OBJECT_ATTRS)
+                return NO_NAME;
+        uint8_t ents[MAX_OBJECT_ATTRS * 24];
+        uint64_t vals[MAX_OBJECT_ATTRS];
+        if (v.values) {
+                /* A split table: the class's keys (once a sample), then this instance's values. */
+                if (v.entries != a->split_at || v.n != a->split_n) {
+                        a->split_at = 0;
+                        rc = memsrc_read(w->m, v.entries, ents, (size_t)v.n * v.esize);
+                        if (rc < 0)
+                                return soft(rc);
+                        for (uint32_t i = 0; i < v.n; i++) {
+                                uint64_t key = rd64(ents + (size_t)i * v.esize + v.key_off);
+                                int which = key ? attr_key(w, a, key, names, n_names) : -1;
+                                if (which < -1)
+                                        return which == -2 ? NO_NAME : which;
+                                a->split_which[i] = (int8_t)which;
+                        }
+                        a->split_at = v.entries;
+                        a->split_n = v.n;
+                }
+                rc = memsrc_read(w->m, v.values, vals, (size_t)v.n * 8);
+                if (rc < 0)
+                        return soft(rc);
+                for (uint32_t i = 0; i < v.n; i++)
+                        if (a->split_which[i] >= 0 && vals[i])
+                                values[a->split_which[i]] = vals[i];
+                return 0;
+        }
+        /* A dict of its own: every entry, key and value, in one read. */
+        rc = memsrc_read(w->m, v.entries, ents, (size_t)v.n * v.esize);
+        if (rc < 0)
+                return soft(rc);
+        for (uint32_t i = 0; i < v.n; i++) {
+                const uint8_t *e = ents + (size_t)i * v.esize;
+                uint64_t key = rd64(e + v.key_off), val = rd64(e + v.value_off);
+                if (!key || !val)
+                        continue; /* empty or deleted */
+                int which = attr_key(w, a, key, names, n_names);
+                if (which < -1)
+                        return which == -2 ? NO_NAME : which;
+                if (which >= 0)
+                        values[which] = val;
+        }
+        return 0;
 }
 
 int pywalk_str_read(struct pywalk *w, uint64_t addr, char **out)

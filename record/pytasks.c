@@ -45,7 +45,10 @@
 #define TYPE_SLOTS       64
 #define NAME_CACHE_MAX   (1u << 16) /* task name entries kept before starting afresh */
 #define TP_NAME_MAX      48
-#define MAX_TYPE_BASES   16
+
+#define TPFLAGS_LIST_SUBCLASS  (1ul << 25)
+#define TPFLAGS_TUPLE_SUBCLASS (1ul << 26)
+#define MAX_TYPE_BASES         16
 
 /* What a type is to us, by its tp_name (and its bases', for tasks). */
 enum obj_class {
@@ -56,6 +59,15 @@ enum obj_class {
         CLS_GATHERING, /* asyncio.tasks._GatheringFuture */
         CLS_METHOD,    /* a bound method */
         CLS_TASKGROUP, /* asyncio.TaskGroup */
+        CLS_PYTASK,    /* asyncio.tasks._PyTask (the pure-Python Task) or a subclass */
+        CLS_NONE,      /* None: a pure-Python task's attribute that holds nothing */
+};
+
+/* The attributes of a pure-Python Task we read (pytask_attrs()), in this order. */
+enum { PA_STATE, PA_WAITER, PA_CALLBACKS, PA_CORO, PA_LOOP, PA_NAME, N_PA };
+static const char *const pytask_attr_names[N_PA] = {
+    [PA_STATE] = "_state", [PA_WAITER] = "_fut_waiter", [PA_CALLBACKS] = "_callbacks",
+    [PA_CORO] = "_coro",   [PA_LOOP] = "_loop",         [PA_NAME] = "_name",
 };
 
 struct type_class {
@@ -78,6 +90,9 @@ struct pytasks {
         uint64_t registry[2]; /* the sets of tasks (0: none); weak: registry[0] holds weakrefs */
         bool weak[2];
         uint64_t registry_due; /* sample number of the next lookup by name */
+        uint64_t pytask_type;  /* asyncio.tasks._PyTask, looked up with the registry (0: none) */
+        uint64_t pending;      /* asyncio.base_futures._PENDING, a pure-Python task's _state */
+        struct pywalk_attrs *attrs; /* pure-Python tasks' attribute names and classes */
         struct type_class types[TYPE_SLOTS];
         size_t n_types;
         struct loop_thread loops[MAX_LOOPS];
@@ -165,6 +180,7 @@ void pytasks_free(struct pytasks *t)
         if (!t)
                 return;
         names_clear(t);
+        pywalk_attrs_free(t->attrs);
         free(t->v);
         free(t->found);
         free(t->frames);
@@ -232,6 +248,10 @@ static int type_class(struct pywalk *w, uint64_t type, uint8_t *out)
                         cls = CLS_TASK;
                         break;
                 }
+                if (t->pytask_type && cur == t->pytask_type) {
+                        cls = CLS_PYTASK;
+                        break;
+                }
                 if (depth == 0) {
                         if (strcmp(name, "weakref") == 0 ||
                             strcmp(name, "weakref.ReferenceType") == 0)
@@ -244,6 +264,8 @@ static int type_class(struct pywalk *w, uint64_t type, uint8_t *out)
                                 cls = CLS_METHOD;
                         else if (strcmp(name, "TaskGroup") == 0)
                                 cls = CLS_TASKGROUP;
+                        else if (strcmp(name, "NoneType") == 0)
+                                cls = CLS_NONE;
                         if (cls != CLS_OTHER)
                                 break;
                 }
@@ -258,11 +280,29 @@ static int type_class(struct pywalk *w, uint64_t type, uint8_t *out)
         return 0;
 }
 
-/* Find the registry of tasks by name (asyncio.tasks' globals, then the WeakSet's data). */
+/*
+ * Find the registry of tasks by name (asyncio.tasks' globals, then the
+ * WeakSet's data), and what tells a pure-Python task: its class and the
+ * state of a pending one.
+ */
 static int registry_lookup(struct pywalk *w)
 {
         struct pytasks *t = w->tasks;
         const struct pylayout *L = &w->L;
+        uint64_t pytask = 0, pending = 0;
+        int rc = pywalk_module_global(w, "asyncio.tasks", "_PyTask", &pytask);
+        if (rc == 0)
+                rc = pywalk_module_global(w, "asyncio.base_futures", "_PENDING", &pending);
+        if (rc < 0)
+                return rc;
+        if (rc > 0)
+                pytask = pending = 0;
+        if (pytask != t->pytask_type)
+                t->n_types = 0; /* classes were told without it */
+        t->pytask_type = pytask;
+        t->pending = pending;
+        if (t->attrs)
+                pywalk_attrs_sample(t->attrs, true);
         const char *names[2] = {L->tasks == PYL_TASKS_ALL ? "_all_tasks" : "_scheduled_tasks",
                                 L->tasks == PYL_TASKS_SCHEDULED ? "_eager_tasks" : NULL};
         for (int i = 0; i < 2; i++) {
@@ -270,7 +310,7 @@ static int registry_lookup(struct pywalk *w)
                 t->registry[i] = 0;
                 if (!names[i])
                         continue;
-                int rc = pywalk_module_global(w, "asyncio.tasks", names[i], &obj);
+                rc = pywalk_module_global(w, "asyncio.tasks", names[i], &obj);
                 t->weak[i] = i == 0;
                 if (rc == 0)
                         rc = t->weak[i] ? pywalk_object_attr(w, obj, "data", &set) : 0;
@@ -830,12 +870,12 @@ static int link_parents(struct pywalk *w)
                     t->waiter[i] && t->ok[2 * i]
                         ? type_cached(t, rd64(t->buf + 2 * i * each + L->ob_type))
                         : NULL;
-                if (c)
+                if (c && wcls != CLS_NONE)
                         memcpy(t->v[i].awaiting, c->name, sizeof(c->name));
         }
         for (size_t i = 0; i < t->n; i++) {
                 uint8_t wcls = t->cls[i] >> 4, ccls = t->cls[i] & 15;
-                if (wcls == CLS_TASK) {
+                if (wcls == CLS_TASK || wcls == CLS_PYTASK) {
                         uint32_t c = task_index(t, t->waiter[i]);
                         if (c && c != i + 1) {
                                 t->v[c - 1].parent = (uint32_t)i + 1;
@@ -894,6 +934,62 @@ static int link_parents(struct pywalk *w)
         return 0;
 }
 
+/*
+ * The fields of the pure-Python task at `addr` (asyncio.tasks._PyTask, used
+ * where _asyncio is missing), from its attributes, into entry k of the
+ * per-task arrays as pytasks_walk() fills them for a C task. Returns 0, 1
+ * when it is no pending task or does not read, or a fatal read error.
+ */
+static int pytask_fields(struct pywalk *w, uint64_t addr, size_t k)
+{
+        struct pytasks *t = w->tasks;
+        const struct pylayout *L = &w->L;
+        uint64_t a[N_PA];
+        if (!t->attrs && !(t->attrs = pywalk_attrs_new()))
+                return -ENOMEM;
+        int rc = pywalk_object_attrs(w, addr, pytask_attr_names, N_PA, t->attrs, a);
+        if (rc)
+                return rc < 0 ? soft(rc) : 1;
+        /* _state is the class attribute _PENDING until the task is done or cancelled. */
+        if ((a[PA_STATE] && a[PA_STATE] != t->pending) || !a[PA_CORO] || !a[PA_LOOP])
+                return 1;
+        /* The first done callback: _callbacks[0], a (callback, context) tuple (3.7+). */
+        uint64_t callback = 0, flags;
+        uint8_t head[64];
+        size_t list_head = (size_t)L->list_items + 8, tuple_head = (size_t)L->ob_size + 16;
+        if (a[PA_CALLBACKS] && list_head <= sizeof(head) && tuple_head <= sizeof(head)) {
+                uint64_t n = 0, item = 0;
+                rc = memsrc_read(w->m, a[PA_CALLBACKS], head, list_head);
+                if (rc == 0)
+                        rc = pywalk_type_flags(w, rd64(head + L->ob_type), &flags);
+                if (rc == 0 && (flags & TPFLAGS_LIST_SUBCLASS)) {
+                        n = rd64(head + L->ob_size);
+                        item = rd64(head + L->list_items);
+                }
+                if (rc == 0 && n > 0 && n < (1u << 20) && item)
+                        rc = memsrc_read(w->m, item, &item, 8);
+                else
+                        item = 0;
+                /* A tuple's items follow its size (through 3.13). */
+                if (rc == 0 && item)
+                        rc = memsrc_read(w->m, item, head, tuple_head);
+                if (rc == 0 && item)
+                        rc = pywalk_type_flags(w, rd64(head + L->ob_type), &flags);
+                if (rc == 0 && item && (flags & TPFLAGS_TUPLE_SUBCLASS) &&
+                    rd64(head + L->ob_size) >= 1)
+                        callback = rd64(head + L->ob_size + 8);
+                if (rc < 0 && fatal_read(rc))
+                        return rc;
+        }
+        t->v[k] = (struct pywalk_task){.addr = addr};
+        t->waiter[k] = a[PA_WAITER];
+        t->callback[k] = callback;
+        t->cur[k] = a[PA_CORO];
+        t->frame[k] = a[PA_LOOP];
+        t->chain_at[k] = a[PA_NAME];
+        return 0;
+}
+
 /* Room for n tasks in every per-task array. */
 static int tasks_reserve(struct pytasks *t, size_t n)
 {
@@ -934,6 +1030,8 @@ int pytasks_walk(struct pywalk *w)
         const struct pylayout *L = &w->L;
         t->n = t->n_found = t->n_cf = t->n_frames = 0;
         int rc = 0;
+        if (t->attrs)
+                pywalk_attrs_sample(t->attrs, false);
         if (w->sample_no >= t->registry_due) {
                 rc = registry_lookup(w);
                 if (rc < 0)
@@ -975,6 +1073,12 @@ int pytasks_walk(struct pywalk *w)
                         continue;
                 if ((rc = header_class(w, p, &cls)) < 0)
                         return rc;
+                if (cls == CLS_PYTASK) {
+                        if ((rc = pytask_fields(w, t->found[i], t->n)) < 0)
+                                return rc;
+                        t->n += rc == 0;
+                        continue;
+                }
                 if (cls != CLS_TASK || rd32(p + L->fut_state) != 0) /* not a task, or done */
                         continue;
                 struct pywalk_task *tk = &t->v[t->n];

@@ -192,6 +192,19 @@ size_t pywalk_object_short_len(const struct pylayout *L);
 int pywalk_module_global(struct pywalk *w, const char *module, const char *name, uint64_t *value);
 /* Attribute `attr` of the instance at obj, from its __dict__ or its values. */
 int pywalk_object_attr(struct pywalk *w, uint64_t obj, const char *attr, uint64_t *value);
+/*
+ * The attributes names[0, n_names) of the instance at obj, read at once:
+ * values[i] is 0 for an attribute the instance does not hold itself (a
+ * class attribute, or none). What it learns (key names, classes) is kept in
+ * `a`: pywalk_attrs_sample() once a sample, forgetting the key names now
+ * and then.
+ */
+struct pywalk_attrs;
+struct pywalk_attrs *pywalk_attrs_new(void);
+void pywalk_attrs_free(struct pywalk_attrs *a);
+void pywalk_attrs_sample(struct pywalk_attrs *a, bool forget_keys);
+int pywalk_object_attrs(struct pywalk *w, uint64_t obj, const char *const *names, size_t n_names,
+                        struct pywalk_attrs *a, uint64_t *values);
 /* The str at addr as NUL-terminated UTF-8 (malloc'd, the caller frees it). */
 int pywalk_str_read(struct pywalk *w, uint64_t addr, char **out);
 /* The int at addr, when it is one in [0, 2^64). */

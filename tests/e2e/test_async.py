@@ -14,7 +14,10 @@ stacks are its thread's stacks from its coroutine on; the tasks of the second
 loop belong to its thread; short-lived tasks made at a high rate do not upset
 the rest, and those CPython names ("Task-<counter>") share the frame "Task-N"; under --blocking, the slots held over count every task too.
 Where task layouts are unknown (2.7, 3.6), --async is refused with
-a message and the threads are still recorded. `pyflame-record --dump --async`
+a message and the threads are still recorded. The same checks run again
+with asyncio's pure-Python Task and Future (the workload blocks the
+_asyncio module), whose tasks await each future in Future.__await__, a
+frame of their chains the checks leave out. `pyflame-record --dump --async`
 prints the task tree.
 
 Usage: test_async.py --record PATH --report PATH [--only LABEL]
@@ -90,23 +93,29 @@ class Runner:
         return p.stdout
 
 
-def start_workload(r, py, secs):
+def start_workload(r, py, secs, pure=False):
     ready = os.path.join(r.tmp, "ready")
     if os.path.exists(ready):
         os.unlink(ready)
-    proc = subprocess.Popen([py, WORKLOAD, str(secs), ready])
+    env = dict(os.environ, PYFLAME_PURE_TASKS="1" if pure else "0")
+    proc = subprocess.Popen([py, WORKLOAD, str(secs), ready], env=env)
     deadline = time.time() + 30
     while not os.path.exists(ready) and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
     return proc
 
 
-def folded(r, db, extra=()):
-    """[(labels root first, count)] of pyflame-report --async's folded output."""
+def folded(r, db, extra=(), pure=False):
+    """[(labels root first, count)] of pyflame-report --async's folded output; for pure-Python
+    tasks without the frames of Future.__await__ (asyncio/futures.py)."""
     rows = []
     for line in r.rep(["--async"] + list(extra) + [db]).splitlines():
         stack, _, count = line.rpartition(" ")
-        rows.append((stack.split(";"), int(count)))
+        labels = stack.split(";")
+        if pure:
+            labels = [l for l in labels if not (frame(l)[0] in ("__await__", "Future.__await__")
+                                                and frame(l)[1].endswith("futures.py"))]
+        rows.append((labels, int(count)))
     return rows
 
 
@@ -132,11 +141,11 @@ def chain_matches(labels, want):
     return True
 
 
-def test_version(r, label, py):
+def test_version(r, label, py, pure=False):
     major, minor = version_of(py)
-    tag = "%s" % label
-    db = os.path.join(r.tmp, "async-%s.db" % label)
-    proc = start_workload(r, py, 8)
+    tag = label + (" pure-Python" if pure else "")
+    db = os.path.join(r.tmp, "async-%s%s.db" % (label, "-pure" if pure else ""))
+    proc = start_workload(r, py, 8, pure)
     try:
         p = subprocess.run([r.record, "--async", "-q", "-f", "-d", "2", "-o", db, "-p",
                             str(proc.pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -157,7 +166,10 @@ def test_version(r, label, py):
     if not r.check("%s: recorded" % tag, p.returncode == 0, p.stderr):
         return
     names = (major, minor) >= (3, 8)
-    rows = folded(r, db)
+    rows = folded(r, db, pure=pure)
+    if pure:
+        awaits = sum(c for l, c in folded(r, db) if any("__await__" in x for x in l))
+        r.check("%s: tasks wait in the pure-Python Future.__await__" % tag, awaits > 0)
     total = sum(c for _, c in rows)
     con = sqlite3.connect(db)
     threads = dict(con.execute("SELECT name, ref FROM threads WHERE task_of IS NULL"))
@@ -341,6 +353,8 @@ def main():
         for label, py in pys:
             test_version(r, label, py)
             test_blocking(r, label, py)
+            if version_of(py) >= (3, 7):
+                test_version(r, label, py, pure=True)
     finally:
         shutil.rmtree(r.tmp, ignore_errors=True)
     print("%d passed, %d failed, %d skipped" % (r.passed, r.failed, r.skipped))

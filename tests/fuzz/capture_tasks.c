@@ -4,11 +4,13 @@
  * 3.13, GIL builds), start tests/record/tasks_target.py (tasks awaiting
  * coroutine chains, another task, a gather, a TaskGroup), stop it once its
  * tasks are all suspended, walk it CAPTURE_SAMPLES times with its tasks and
- * thread names, keeping every range read, and write OUTDIR/LABEL.cap.
+ * thread names, keeping every range read, and write OUTDIR/LABEL.cap; then
+ * the same with asyncio's pure-Python tasks (PYFLAME_PURE_TASKS=1, the
+ * target cannot import _asyncio): OUTDIR/LABEL-pure.cap.
  *
  *   capture_tasks TASKS_TARGET_PY OUTDIR
  *
- * Prints one line per interpreter. Exits 0 when at least one capture was
+ * Prints one line per capture. Exits 0 when at least one capture was
  * written, 77 (a skip to meson) when no interpreter here has tasks to read,
  * 1 on a failure.
  */
@@ -182,12 +184,15 @@ static int count_thread(void *ctx, const struct pywalk_thread *th)
 }
 
 /* One interpreter: 0 and its capture written, or -1 with the reason in err. */
-static int capture_one(const struct pyinterp *py, const char *script, const char *outdir, char *err,
-                       size_t errlen)
+static int capture_one(const struct pyinterp *py, bool pure, const char *script, const char *outdir,
+                       char *err, size_t errlen)
 {
         pid_t pid = 0;
         int out = -1;
+        if (pure)
+                setenv("PYFLAME_PURE_TASKS", "1", 1);
         int rc = pyinterps_spawn(py, script, &pid, &out);
+        unsetenv("PYFLAME_PURE_TASKS");
         if (rc < 0) {
                 snprintf(err, errlen, "cannot start it: %s", strerror(-rc));
                 return -1;
@@ -228,8 +233,8 @@ static int capture_one(const struct pyinterp *py, const char *script, const char
                 rc = -1;
         }
         char path[1024];
-        snprintf(path, sizeof(path), "%s/%d.%d.%d%s.cap", outdir, py->major, py->minor, py->micro,
-                 strstr(py->path, "pyenv") ? "" : "-system");
+        snprintf(path, sizeof(path), "%s/%d.%d.%d%s%s.cap", outdir, py->major, py->minor, py->micro,
+                 strstr(py->path, "pyenv") ? "" : "-system", pure ? "-pure" : "");
         t.pid = 0; /* a capture has no process */
         if (rc == 0 && (rc = write_capture(path, &t, &k, (uint32_t)n_tasks, n_threads)) < 0)
                 snprintf(err, errlen, "%s: %s", path, strerror(-rc));
@@ -259,12 +264,16 @@ int main(int argc, char **argv)
                 const struct pyinterp *py = &pys[i];
                 if (py->major != 3 || py->minor < 7 || py->minor > 13 || py->free_threaded)
                         continue;
-                char err[512] = "";
-                if (capture_one(py, argv[1], argv[2], err, sizeof(err)) == 0) {
-                        written++;
-                } else {
-                        fprintf(stderr, "capture_tasks: %s: %s\n", py->label, err);
-                        failed++;
+                /* With _asyncio, and with asyncio's pure-Python tasks (tasks_target.py). */
+                for (int pure = 0; pure < 2; pure++) {
+                        char err[512] = "";
+                        if (capture_one(py, pure, argv[1], argv[2], err, sizeof(err)) == 0) {
+                                written++;
+                        } else {
+                                fprintf(stderr, "capture_tasks: %s%s: %s\n", py->label,
+                                        pure ? " pure-Python" : "", err);
+                                failed++;
+                        }
                 }
         }
         if (failed)

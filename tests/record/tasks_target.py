@@ -5,9 +5,15 @@
 # its await chain through cr_await: function and line, outermost first),
 # then READY, and sleeps. A second thread, named, sleeps 6 calls deep
 # (fuzz_pytasks.c walks captures of this program: two threads, their names).
-import asyncio
+# With PYFLAME_PURE_TASKS=1 in the environment, _asyncio cannot be imported:
+# asyncio's pure-Python Task and Future are used, as where that module is
+# missing.
 import os
 import sys
+
+if os.environ.get("PYFLAME_PURE_TASKS") == "1":
+    sys.modules["_asyncio"] = None
+import asyncio
 import threading
 import time
 
@@ -47,11 +53,16 @@ async def grouping():
 
 
 def chain(task):
+    """The coroutines and generators (a pure-Python Future's __await__) it is suspended in."""
     out = []
     coro = task.get_coro() if hasattr(task, "get_coro") else task._coro
-    while coro is not None and hasattr(coro, "cr_frame") and coro.cr_frame is not None:
-        out.append("%s:%d" % (coro.cr_code.co_name, coro.cr_frame.f_lineno))
-        coro = coro.cr_await
+    while coro is not None:
+        coroutine = hasattr(coro, "cr_frame")
+        frame = coro.cr_frame if coroutine else getattr(coro, "gi_frame", None)
+        if frame is None:
+            break
+        out.append("%s:%d" % (frame.f_code.co_name, frame.f_lineno))
+        coro = coro.cr_await if coroutine else coro.gi_yieldfrom
     return ",".join(out)
 
 

@@ -8,7 +8,10 @@
  * prints what CPython itself says of each (its address, name, the task
  * awaiting it, its await chain through cr_await with f_lineno); the walker
  * must find exactly those tasks (and the reporting one), each with that
- * name, that chain (innermost first here) and that parent. 3.6, whose
+ * name, that chain (innermost first here) and that parent. Each
+ * interpreter is checked twice: with its C _asyncio module, and with the
+ * pure-Python Task and Future asyncio falls back to where that module is
+ * missing (PYFLAME_PURE_TASKS=1 makes the target block it). 3.6, whose
  * registry of tasks is not reachable, must be refused with a message.
  */
 #include <errno.h>
@@ -34,6 +37,13 @@
 #include "pywalk.h"
 
 static const char *target_script;
+
+/* One interpreter, with _asyncio or without it. */
+struct tasks_case {
+        const struct pyinterp *py;
+        bool pure;
+        char name[64];
+};
 
 #define MAX_WANT 32
 
@@ -100,9 +110,10 @@ static void chain_of(const struct pywalk_task *tk, char *out, size_t len)
 }
 
 /* 0 when the walk's tasks are the wanted ones; else what differs in `diff`. */
-static int compare(const struct want *w, const struct pywalk_task *v, size_t n, char *diff,
-                   size_t len)
+static int compare(const struct want *w, const struct pywalk_task *v, size_t n, bool pure,
+                   char *diff, size_t len)
 {
+        const char *future = pure ? "Future" : "_asyncio.Future";
         if (n != (size_t)w->n + 1) {
                 snprintf(diff, len, "%zu tasks found, %d wanted", n, w->n + 1);
                 return -1;
@@ -136,7 +147,7 @@ static int compare(const struct want *w, const struct pywalk_task *v, size_t n, 
                 bool gathers = strncmp(t->chain, "gathering:", 10) == 0;
                 if ((got->awaits ? v[got->awaits - 1].addr : 0) != awaited ||
                     (gathers && strcmp(got->awaiting, "_GatheringFuture") != 0) ||
-                    (!gathers && !awaited && strcmp(got->awaiting, "_asyncio.Future") != 0)) {
+                    (!gathers && !awaited && strcmp(got->awaiting, future) != 0)) {
                         snprintf(diff, len, "task %s awaits task %d, a %s", t->name, got->awaits,
                                  got->awaiting);
                         return -1;
@@ -154,10 +165,15 @@ static int ignore_thread(void *ctx, const struct pywalk_thread *th)
 
 static void check_interpreter(void **state)
 {
-        const struct pyinterp *py = *state;
+        const struct tasks_case *c = *state;
+        const struct pyinterp *py = c->py;
         pid_t pid = 0;
         int out = -1;
-        assert_int_equal(pyinterps_spawn(py, target_script, &pid, &out), 0);
+        if (c->pure)
+                setenv("PYFLAME_PURE_TASKS", "1", 1);
+        int spawned = pyinterps_spawn(py, target_script, &pid, &out);
+        unsetenv("PYFLAME_PURE_TASKS");
+        assert_int_equal(spawned, 0);
         struct want want = {0};
         int rc = read_report(out, &want);
         struct pyfind_target t;
@@ -183,14 +199,14 @@ static void check_interpreter(void **state)
                 size_t n;
                 pywalk_tasks(w, &v, &n);
                 if (rc == 0)
-                        matched = compare(&want, v, n, diff, sizeof(diff));
+                        matched = compare(&want, v, n, c->pure, diff, sizeof(diff));
                 sleep_ms(5);
         }
         pywalk_close(w);
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
         close(out);
-        print_message("%-14s %d tasks, %d sample(s): %s\n", py->label, want.n, samples,
+        print_message("%-19s %d tasks, %d sample(s): %s\n", c->name, want.n, samples,
                       matched == 0 ? "as CPython says"
                       : diff[0]    ? diff
                                    : err);
@@ -201,7 +217,8 @@ static void check_interpreter(void **state)
 /* 3.6 keeps its registry of tasks where no object leads: --async is refused. */
 static void check_refused(void **state)
 {
-        const struct pyinterp *py = *state;
+        const struct tasks_case *c = *state;
+        const struct pyinterp *py = c->py;
         pid_t pid = 0;
         int out = -1;
         assert_int_equal(pyinterps_spawn(py, target_script, &pid, &out), 0);
@@ -235,17 +252,24 @@ int main(int argc, char **argv)
         }
         target_script = argv[1];
         static struct pyinterp pys[32];
+        static struct tasks_case cases[64];
         size_t npy = pyinterps_find(pys, 32);
-        struct CMUnitTest tests[32];
+        struct CMUnitTest tests[64];
         size_t nt = 0;
         for (size_t i = 0; i < npy; i++) {
                 if (pys[i].major != 3 || pys[i].minor < 6 || pys[i].free_threaded ||
                     pys[i].minor > 13)
                         continue;
-                tests[nt++] = (struct CMUnitTest){
-                    .name = pys[i].label,
-                    .test_func = pys[i].minor == 6 ? check_refused : check_interpreter,
-                    .initial_state = &pys[i]};
+                for (int pure = 0; pure < (pys[i].minor == 6 ? 1 : 2); pure++) {
+                        struct tasks_case *c = &cases[nt];
+                        *c = (struct tasks_case){.py = &pys[i], .pure = pure};
+                        snprintf(c->name, sizeof(c->name), "%s%s", pys[i].label,
+                                 pure ? " pure-Python" : "");
+                        tests[nt++] = (struct CMUnitTest){
+                            .name = c->name,
+                            .test_func = pys[i].minor == 6 ? check_refused : check_interpreter,
+                            .initial_state = c};
+                }
         }
         if (nt == 0) {
                 fprintf(stderr, "no Python interpreter with asyncio tasks: nothing to test\n");

@@ -18,9 +18,16 @@ One event loop (the main thread) runs:
 A second thread "side-loop" runs a loop of its own with 4 tasks "side-N"
 (side_wait -> asyncio.sleep).
 Lines are marked with comments the test looks for (AWAIT-xxx).
+With PYFLAME_PURE_TASKS=1 in the environment, _asyncio cannot be imported:
+asyncio's pure-Python Task and Future are used, as where that module is
+missing.
 """
-import asyncio
+import os
 import sys
+
+if os.environ.get("PYFLAME_PURE_TASKS") == "1":
+    sys.modules["_asyncio"] = None
+import asyncio
 import threading
 
 NAMES = sys.version_info >= (3, 8)
