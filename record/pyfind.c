@@ -1288,3 +1288,64 @@ out:
         free(f);
         return rc;
 }
+
+/*
+ * The value of symbol `sym` (.dynsym or .symtab, a local one too) in the ELF
+ * file open in e, with the size of what it names; 0 when it is not there.
+ */
+static int elf_find_symbol(struct elf_obj *e, const char *sym, uint64_t *value)
+{
+        Elf_Scn *scn = NULL;
+        size_t count = 0;
+        while ((scn = elf_nextscn(e->elf, scn)) != NULL && count++ < 65536) {
+                GElf_Shdr sh;
+                if (!gelf_getshdr(scn, &sh) ||
+                    (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM))
+                        continue;
+                Elf_Data *d = elf_getdata(scn, NULL);
+                if (!d || sh.sh_entsize == 0)
+                        continue;
+                size_t n = d->d_size / sh.sh_entsize;
+                for (size_t i = 1; i < n && i < MAX_SYMBOLS; i++) {
+                        GElf_Sym s;
+                        if (!gelf_getsym(d, (int)i, &s) || s.st_shndx == SHN_UNDEF || !s.st_name)
+                                continue;
+                        const char *name = elf_strptr(e->elf, sh.sh_link, s.st_name);
+                        if (name && strcmp(name, sym) == 0) {
+                                *value = s.st_value;
+                                return 1;
+                        }
+                }
+        }
+        return 0;
+}
+
+int pyfind_object_symbol(pid_t pid, const char *prefix, const char *sym, uint64_t *addr)
+{
+        struct finder *f = calloc(1, sizeof(*f));
+        if (!f)
+                return -ENOMEM;
+        f->pid = pid;
+        f->page = sysconf(_SC_PAGESIZE);
+        if (f->page <= 0)
+                f->page = 4096;
+        int rc = pid > 0 ? procfs_maps_foreach(pid, collect_mapping, f) : -ESRCH;
+        rc = rc < 0 ? rc : 1;
+        elf_version(EV_CURRENT);
+        for (size_t i = 0; rc == 1 && i < f->n_objs; i++) {
+                struct object *o = &f->objs[i];
+                if (strncmp(base_name(o->path), prefix, strlen(prefix)) != 0)
+                        continue;
+                struct elf_obj e = {.fd = open_object(f, o)};
+                uint64_t value, bias;
+                if (e.fd >= 0 && elf_load(&e) == 0 && elf_find_symbol(&e, sym, &value) &&
+                    compute_bias(f, &e, o, &bias) == 0) {
+                        *addr = bias + value;
+                        rc = 0;
+                }
+                elf_close(&e);
+        }
+        free_objects(f);
+        free(f);
+        return rc;
+}

@@ -84,6 +84,14 @@ int pyfind_target(pid_t pid, struct pyfind_target *out, char *err, size_t errlen
 void pyfind_version_str(const struct pyfind_target *t, char *buf, size_t len);
 
 /*
+ * The address in process pid of symbol `sym` (a local one too) of the file
+ * it maps whose name begins with `prefix` ("_asyncio."): 0 with *addr, 1
+ * when no such file is mapped or it has no such symbol (stripped), or a
+ * negative errno.
+ */
+int pyfind_object_symbol(pid_t pid, const char *prefix, const char *sym, uint64_t *addr);
+
+/*
  * The parsers under the finder, on their own (the unit tests drive them):
  * - pyfind_parse_version: a version "X.Y.Z[{a,b,c,rc}N][+local]" at the
  *   start of s (majors 2 and 3) into *hex (PY_VERSION_HEX); returns the

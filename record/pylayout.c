@@ -262,7 +262,13 @@ static const struct pylayout builds[] = {
         .dk_log2_index_bytes = X, .dk_kind = X, .dk_nentries = 32, .dk_indices = 40,
         .values_values = 0, .values_valid = X, .pre_dict = X, .pre_values = X, .int_value = X,
         .int_digits = 24,
-        NO_TASKS,
+        /* asyncio tasks (found in the live 3.6, see pylayout.h; no callback0, no name) */
+        .tasks = PYL_TASKS_STATIC, .await = PYL_AWAIT_STACKTOP, .gen_created = 0,
+        .tp_name = 24, .tp_base = 256, .set_mask = 32, .set_table = 40, .wr_object = 16,
+        .meth_self = 24, .list_items = 24, .fut_loop = 16, .fut_callback0 = X,
+        .fut_state = 56, .task_fut_waiter = 88, .task_coro = 96, .task_name = X,
+        .task_size = 112, .gen_frame = 16, .gen_iframe = X, .gen_frame_state = X,
+        .fr_stacktop = 72, .fr_valuestack = 64,
     },
     {UNSET_OFFSETS, .name = "3.7", .major = 3, .minor = 7, .free_threaded = false,
         /* kinds */

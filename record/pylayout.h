@@ -80,6 +80,12 @@ enum pyl_ints {
 enum pyl_tasks {
         PYL_TASKS_ALL = 1,   /* 3.7-3.11: asyncio.tasks._all_tasks, a WeakSet of every task */
         PYL_TASKS_SCHEDULED, /* 3.12+: WeakSet _scheduled_tasks and set _eager_tasks */
+        /*
+         * 3.6: a WeakSet only _asyncio's static variable all_tasks holds
+         * (found by its symbol), and the pure-Python Task's class attribute
+         * _all_tasks
+         */
+        PYL_TASKS_STATIC,
 };
 
 /* Where a suspended coroutine keeps what it awaits (the top of its frame's value stack). */

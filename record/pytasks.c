@@ -5,9 +5,14 @@
  * Before 3.14 CPython keeps no list of tasks per loop that a reader can
  * follow; it keeps a registry of every task: the WeakSet
  * asyncio.tasks._all_tasks (3.7-3.11), or the WeakSet _scheduled_tasks and
- * the set _eager_tasks (3.12, 3.13). Each sample reads the registry's hash
+ * the set _eager_tasks (3.12, 3.13); on 3.6 a WeakSet only a static
+ * variable of _asyncio holds (all_tasks, found by its symbol in the
+ * module's shared object) and, for the pure-Python Task, the class
+ * attribute _PyTask._all_tasks. Each sample reads the registry's hash
  * table, each task's C struct (_asyncio's TaskObj: its loop, coroutine,
- * awaited future, name, first done callback) and each coroutine's frame,
+ * awaited future, name, first done callback) or, for a pure-Python task
+ * (asyncio.tasks._PyTask, where _asyncio is missing), the same from its
+ * attributes, and each coroutine's frame,
  * following what a suspended coroutine awaits (the top of its value stack,
  * what cr_await reports) down to the innermost one. A task's loop gives its
  * thread (the loop's _thread_id, set while it runs). Who awaits a task: the
@@ -91,6 +96,7 @@ struct pytasks {
         bool weak[2];
         uint64_t registry_due; /* sample number of the next lookup by name */
         uint64_t pytask_type;  /* asyncio.tasks._PyTask, looked up with the registry (0: none) */
+        uint64_t static_at;    /* 3.6: the address of _asyncio's all_tasks (0: not found yet) */
         uint64_t pending;      /* asyncio.base_futures._PENDING, a pure-Python task's _state */
         struct pywalk_attrs *attrs; /* pure-Python tasks' attribute names and classes */
         struct type_class types[TYPE_SLOTS];
@@ -145,7 +151,7 @@ int pywalk_set_tasks(struct pywalk *w, char *err, size_t errlen)
         if (!L->tasks || L->task_size <= 0 || L->is_modules < 0 || L->dict_keys < 0) {
                 snprintf(err, errlen,
                          "--async: asyncio tasks cannot be read on Python %s (pyflame knows the "
-                         "task layouts of 3.7 to 3.13): its threads only are recorded",
+                         "task layouts of 3.6 to 3.13): its threads only are recorded",
                          L->name);
                 return PYFIND_UNSUPPORTED;
         }
@@ -303,21 +309,37 @@ static int registry_lookup(struct pywalk *w)
         t->pending = pending;
         if (t->attrs)
                 pywalk_attrs_sample(t->attrs, true);
-        const char *names[2] = {L->tasks == PYL_TASKS_ALL ? "_all_tasks" : "_scheduled_tasks",
-                                L->tasks == PYL_TASKS_SCHEDULED ? "_eager_tasks" : NULL};
+        uint64_t objs[2] = {0, 0};
+        if (L->tasks == PYL_TASKS_STATIC) {
+                /* 3.6: _asyncio's static all_tasks (once it is loaded), and _PyTask._all_tasks. */
+                if (!t->static_at && w->t.pid > 0 &&
+                    pyfind_object_symbol(w->t.pid, "_asyncio.", "all_tasks", &t->static_at) != 0)
+                        t->static_at = 0;
+                rc = t->static_at ? memsrc_read(w->m, t->static_at, &objs[0], 8) : 0;
+                if (rc < 0 && fatal_read(rc))
+                        return rc;
+                rc = pytask ? pywalk_object_attr(w, pytask, "_all_tasks", &objs[1]) : 0;
+                t->weak[0] = t->weak[1] = true;
+        } else {
+                const char *names[2] = {L->tasks == PYL_TASKS_ALL ? "_all_tasks"
+                                                                  : "_scheduled_tasks",
+                                        L->tasks == PYL_TASKS_SCHEDULED ? "_eager_tasks" : NULL};
+                for (int i = 0; i < 2 && rc >= 0; i++)
+                        rc = names[i] ? pywalk_module_global(w, "asyncio.tasks", names[i], &objs[i])
+                                      : 0;
+                t->weak[0] = true;
+                t->weak[1] = false;
+        }
+        if (rc < 0)
+                return rc;
         for (int i = 0; i < 2; i++) {
-                uint64_t obj = 0, set = 0;
+                uint64_t set = 0;
                 t->registry[i] = 0;
-                if (!names[i])
-                        continue;
-                rc = pywalk_module_global(w, "asyncio.tasks", names[i], &obj);
-                t->weak[i] = i == 0;
-                if (rc == 0)
-                        rc = t->weak[i] ? pywalk_object_attr(w, obj, "data", &set) : 0;
+                rc = objs[i] && t->weak[i] ? pywalk_object_attr(w, objs[i], "data", &set) : 0;
                 if (rc < 0)
                         return rc;
                 if (rc == 0)
-                        t->registry[i] = t->weak[i] ? set : obj;
+                        t->registry[i] = t->weak[i] ? set : objs[i];
         }
         return 0;
 }
@@ -1084,7 +1106,7 @@ int pytasks_walk(struct pywalk *w)
                 struct pywalk_task *tk = &t->v[t->n];
                 *tk = (struct pywalk_task){.addr = t->found[i]};
                 t->waiter[t->n] = rd64(p + L->task_fut_waiter);
-                t->callback[t->n] = rd64(p + L->fut_callback0);
+                t->callback[t->n] = L->fut_callback0 >= 0 ? rd64(p + L->fut_callback0) : 0;
                 t->cur[t->n] = rd64(p + L->task_coro);
                 /* The loop's fut_loop and the name: kept here, read below (they read). */
                 t->frame[t->n] = rd64(p + L->fut_loop);

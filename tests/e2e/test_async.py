@@ -5,7 +5,7 @@ pyflame-report --async.
 For every interpreter on the machine, workloads/async_tasks.py (tasks of a
 known structure on two event loops in two threads, see its docstring) is
 recorded with --async while it runs, and the reports must show: every task
-by name (3.8+; "Task" on 3.7), each in the await chain it waits in with the
+by name (3.8+; "Task" on 3.6 and 3.7), each in the await chain it waits in with the
 file and line of every await; gather's and TaskGroup's children joined under
 their parent's chain; each live task counted once in every sample, so that
 the share of task-time in each chain is what the workload knows (8 of the
@@ -13,8 +13,8 @@ tasks in the "database" chain, 2 in the "cache" one); the CPU-bound task's
 stacks are its thread's stacks from its coroutine on; the tasks of the second
 loop belong to its thread; short-lived tasks made at a high rate do not upset
 the rest, and those CPython names ("Task-<counter>") share the frame "Task-N"; under --blocking, the slots held over count every task too.
-Where task layouts are unknown (2.7, 3.6), --async is refused with
-a message and the threads are still recorded. The same checks run again
+On 3.6 the C tasks are found through the static variable of _asyncio
+that holds them. The same checks run again
 with asyncio's pure-Python Task and Future (the workload blocks the
 _asyncio module), whose tasks await each future in Future.__await__, a
 frame of their chains the checks leave out. `pyflame-record --dump --async`
@@ -105,6 +105,13 @@ def start_workload(r, py, secs, pure=False):
     return proc
 
 
+def future_await(label):
+    """Is it a frame of the pure-Python Future's __await__ (3.6: __iter__)?"""
+    fn, path, _ = frame(label)
+    return (path or "").endswith("futures.py") and fn.rpartition(".")[2] in ("__await__",
+                                                                             "__iter__")
+
+
 def folded(r, db, extra=(), pure=False):
     """[(labels root first, count)] of pyflame-report --async's folded output; for pure-Python
     tasks without the frames of Future.__await__ (asyncio/futures.py)."""
@@ -113,8 +120,7 @@ def folded(r, db, extra=(), pure=False):
         stack, _, count = line.rpartition(" ")
         labels = stack.split(";")
         if pure:
-            labels = [l for l in labels if not (frame(l)[0] in ("__await__", "Future.__await__")
-                                                and frame(l)[1].endswith("futures.py"))]
+            labels = [l for l in labels if not future_await(l)]
         rows.append((labels, int(count)))
     return rows
 
@@ -151,14 +157,14 @@ def test_version(r, label, py, pure=False):
                             str(proc.pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            universal_newlines=True, timeout=120)
         dump = None
-        if (major, minor) >= (3, 7):
+        if (major, minor) >= (3, 6):
             dump = subprocess.run([r.record, "--dump", "--async", "-p", str(proc.pid)],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   universal_newlines=True, timeout=60)
     finally:
         proc.kill()
         proc.wait()
-    if (major, minor) < (3, 7):
+    if (major, minor) < (3, 6):
         r.check("%s: --async refused with a message, threads recorded" % tag,
                 p.returncode == 0 and "asyncio tasks cannot be read" in p.stderr and
                 sum(c for _, c in folded_threads(r, db)) > 0, p.stderr)
@@ -168,7 +174,7 @@ def test_version(r, label, py, pure=False):
     names = (major, minor) >= (3, 8)
     rows = folded(r, db, pure=pure)
     if pure:
-        awaits = sum(c for l, c in folded(r, db) if any("__await__" in x for x in l))
+        awaits = sum(c for l, c in folded(r, db) if any(future_await(x) for x in l))
         r.check("%s: tasks wait in the pure-Python Future.__await__" % tag, awaits > 0)
     total = sum(c for _, c in rows)
     con = sqlite3.connect(db)
@@ -220,7 +226,7 @@ def test_version(r, label, py, pure=False):
     if names:
         ok = kids == {"gchild-0", "gchild-1", "gchild-2"} and all(l[0] == "gatherer"
                                                                   for l, _ in gather)
-    else:  # 3.7: every task is "Task", the three children share one line
+    else:  # 3.6, 3.7: every task is "Task", the three children share one line
         ok = abs(sum(c for _, c in gather) - 3 * main_samples) <= 6
     r.check("%s: gather's 3 children joined under their parent" % tag, ok, str(sorted(kids)))
     if (major, minor) >= (3, 11):
@@ -353,7 +359,7 @@ def main():
         for label, py in pys:
             test_version(r, label, py)
             test_blocking(r, label, py)
-            if version_of(py) >= (3, 7):
+            if version_of(py) >= (3, 6):
                 test_version(r, label, py, pure=True)
     finally:
         shutil.rmtree(r.tmp, ignore_errors=True)

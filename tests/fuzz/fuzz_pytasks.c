@@ -6,7 +6,7 @@
  *
  * The memory: captures (capture.h) made by capture_tasks.c of
  * tests/record/tasks_target.py under every installed interpreter with tasks
- * (3.7 to 3.13): every range the walker read of the stopped process in
+ * (3.6 to 3.13): every range the walker read of the stopped process in
  * CAPTURE_SAMPLES samples. A read inside a captured region is served from
  * it; any other fails as unmapped memory does, so a pointer the input
  * changes leads into real objects of the process or nowhere. The directory

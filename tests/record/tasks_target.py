@@ -1,5 +1,5 @@
 # tasks_target.py - asyncio tasks of a known shape for test_pytasks_live.c
-# (3.7+): tasks awaiting a chain of coroutines, a task awaiting another task,
+# (3.6+): tasks awaiting a chain of coroutines, a task awaiting another task,
 # a gather, a TaskGroup (3.11+). Once they are all suspended it prints what
 # CPython itself says of each task (its id, name, the task awaiting it, and
 # its await chain through cr_await: function and line, outermost first),
