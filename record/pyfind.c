@@ -1320,6 +1320,67 @@ static int elf_find_symbol(struct elf_obj *e, const char *sym, uint64_t *value)
         return 0;
 }
 
+/* The address and size of section `name` of the ELF file open in e (unbiased); 0: none. */
+static int elf_find_section(struct elf_obj *e, const char *name, uint64_t *addr, uint64_t *size)
+{
+        size_t shstrndx;
+        if (elf_getshdrstrndx(e->elf, &shstrndx) != 0)
+                return 0;
+        Elf_Scn *scn = NULL;
+        size_t count = 0;
+        while ((scn = elf_nextscn(e->elf, scn)) != NULL && count++ < 65536) {
+                GElf_Shdr sh;
+                const char *n;
+                if (gelf_getshdr(scn, &sh) && (n = elf_strptr(e->elf, shstrndx, sh.sh_name)) &&
+                    strcmp(n, name) == 0 && sh.sh_addr) {
+                        *addr = sh.sh_addr;
+                        *size = sh.sh_size;
+                        return 1;
+                }
+        }
+        return 0;
+}
+
+int pyfind_object_section(pid_t pid, const char *prefix, const char *section, uint64_t *addr,
+                          uint64_t *size)
+{
+        struct finder *f = calloc(1, sizeof(*f));
+        if (!f)
+                return -ENOMEM;
+        f->pid = pid;
+        f->page = sysconf(_SC_PAGESIZE);
+        if (f->page <= 0)
+                f->page = 4096;
+        int rc = pid > 0 ? procfs_maps_foreach(pid, collect_mapping, f) : -ESRCH;
+        rc = rc < 0 ? rc : 1;
+        elf_version(EV_CURRENT);
+        /* The module's own file first; then the interpreter's, where it may be built in. */
+        for (int pass = 0; pass < 2; pass++) {
+                for (size_t i = 0; rc == 1 && i < f->n_objs; i++) {
+                        struct object *o = &f->objs[i];
+                        const char *b = base_name(o->path);
+                        bool want = pass == 0 ? strncmp(b, prefix, strlen(prefix)) == 0
+                                              : strncmp(b, "python", 6) == 0 ||
+                                                    strncmp(b, "libpython", 9) == 0;
+                        if (!want)
+                                continue;
+                        struct elf_obj e = {.fd = open_object(f, o)};
+                        uint64_t at, len, bias;
+                        if (e.fd >= 0 && elf_load(&e) == 0 &&
+                            elf_find_section(&e, section, &at, &len) &&
+                            compute_bias(f, &e, o, &bias) == 0) {
+                                *addr = bias + at;
+                                *size = len;
+                                rc = 0;
+                        }
+                        elf_close(&e);
+                }
+        }
+        free_objects(f);
+        free(f);
+        return rc;
+}
+
 int pyfind_object_symbol(pid_t pid, const char *prefix, const char *sym, uint64_t *addr)
 {
         struct finder *f = calloc(1, sizeof(*f));

@@ -92,6 +92,15 @@ void pyfind_version_str(const struct pyfind_target *t, char *buf, size_t len);
 int pyfind_object_symbol(pid_t pid, const char *prefix, const char *sym, uint64_t *addr);
 
 /*
+ * The address and size in process pid of ELF section `section`
+ * (".AsyncioDebug") of the file it maps whose name begins with `prefix`,
+ * else of its interpreter's own file (a module built in): 0, 1 when none
+ * has it, or a negative errno.
+ */
+int pyfind_object_section(pid_t pid, const char *prefix, const char *section, uint64_t *addr,
+                          uint64_t *size);
+
+/*
  * The parsers under the finder, on their own (the unit tests drive them):
  * - pyfind_parse_version: a version "X.Y.Z[{a,b,c,rc}N][+local]" at the
  *   start of s (majors 2 and 3) into *hex (PY_VERSION_HEX); returns the

@@ -15,7 +15,30 @@
  *
  * The parsers are tested through what pyfind.h exposes.
  */
-#ifdef FAKE_PYRUNTIME_MODULE
+#if defined(FAKE_ASYNCIO_MODULE)
+
+/*
+ * A stand-in for _asyncio's shared object: its debug section (3.14+) and
+ * 3.6's static registry of tasks, a local symbol.
+ */
+#include <stdint.h>
+
+static uint64_t fake_debug[8] __attribute__((section(".AsyncioDebug"), used)) = {144, 40, 96};
+static void *all_tasks __attribute__((used)) = &fake_debug;
+
+__attribute__((visibility("default"))) void *fake_debug_address(void);
+__attribute__((visibility("default"))) void *fake_debug_address(void)
+{
+        return &fake_debug;
+}
+
+__attribute__((visibility("default"))) void *fake_all_tasks_address(void);
+__attribute__((visibility("default"))) void *fake_all_tasks_address(void)
+{
+        return &all_tasks;
+}
+
+#elif defined(FAKE_PYRUNTIME_MODULE)
 
 /*
  * A stand-in for a stripped interpreter: no Python symbols at all, only the
@@ -615,6 +638,51 @@ static void test_fake_section_unsupported(void **state)
         assert_memory_equal(&t, &before, sizeof(t)); /* not clobbered on failure */
 }
 
+/* A child that loads the fake _asyncio module and prints where its section and symbol are. */
+static void run_fake_asyncio(const void *arg)
+{
+        void *h = dlopen(arg, RTLD_NOW);
+        void *(*debug)(void) = h ? (void *(*)(void))dlsym(h, "fake_debug_address") : NULL;
+        void *(*tasks)(void) = h ? (void *(*)(void))dlsym(h, "fake_all_tasks_address") : NULL;
+        if (!debug || !tasks)
+                _exit(3);
+        dprintf(1, "%llu %llu\n", (unsigned long long)(uintptr_t)debug(),
+                (unsigned long long)(uintptr_t)tasks());
+        pause();
+}
+
+/* An extension module's section (3.14's .AsyncioDebug) and local symbol (3.6's all_tasks). */
+static void test_object_section_symbol(void **state)
+{
+        (void)state;
+        const char *path = getenv("PYFLAME_TEST_FAKE_ASYNCIO");
+        if (!path || access(path, R_OK) != 0) {
+                print_message(
+                    "    PYFLAME_TEST_FAKE_ASYNCIO not set: fake module not built, skipped\n");
+                skip();
+        }
+        assert_int_equal(child_start(&g_child, run_fake_asyncio, path), 0);
+        char line[128] = "";
+        ssize_t n = read(g_child.out_fd, line, sizeof(line) - 1);
+        assert_true(n > 0);
+        line[n] = 0;
+        unsigned long long want_debug = 0, want_tasks = 0;
+        assert_int_equal(sscanf(line, "%llu %llu", &want_debug, &want_tasks), 2);
+        uint64_t at = 0, size = 0, sym = 0;
+        assert_int_equal(
+            pyfind_object_section(g_child.pid, "_asyncio.", ".AsyncioDebug", &at, &size), 0);
+        assert_int_equal(at, want_debug);
+        assert_int_equal(size, 64);
+        assert_int_equal(pyfind_object_symbol(g_child.pid, "_asyncio.", "all_tasks", &sym), 0);
+        assert_int_equal(sym, want_tasks);
+        /* Not there: no such file, no such section, no such symbol. */
+        assert_int_equal(
+            pyfind_object_section(g_child.pid, "_nomodule.", ".AsyncioDebug", &at, &size), 1);
+        assert_int_equal(pyfind_object_section(g_child.pid, "_asyncio.", ".NoSuch", &at, &size), 1);
+        assert_int_equal(pyfind_object_symbol(g_child.pid, "_asyncio.", "no_such_symbol", &sym), 1);
+        assert_true(pyfind_object_symbol(-1, "_asyncio.", "all_tasks", &sym) < 0);
+}
+
 /* --- Startup, non-Python, dead and forbidden processes ----------------------------------- */
 
 static void exec_traced(const void *arg)
@@ -1184,6 +1252,7 @@ int main(void)
         const struct CMUnitTest more[] = {
             cmocka_unit_test_teardown(test_fake_section_313t, teardown_child),
             cmocka_unit_test_teardown(test_fake_section_unsupported, teardown_child),
+            cmocka_unit_test_teardown(test_object_section_symbol, teardown_child),
             cmocka_unit_test_teardown(test_not_ready_before_loader, teardown_child),
             cmocka_unit_test_teardown(test_static_found_before_loader, teardown_child),
             cmocka_unit_test_teardown(test_not_python, teardown_child),
