@@ -65,6 +65,11 @@ struct pyfind_target {
         uint64_t gil_last_holder_addr; /* &gil_last_holder (3.6, static) */
         uint64_t code_type_addr;       /* &PyCode_Type */
         uint64_t str_type_addr;        /* &PyUnicode_Type (3.x) or &PyString_Type (2.7) */
+        /*
+         * _asyncio's .AsyncioDebug (3.14+): 0 here; the task walk finds it
+         * once the module is loaded (a synthetic image sets it).
+         */
+        uint64_t asyncio_debug_addr;
 
         /* Added by pyfind: how the above were found. */
         uint64_t runtime_size;     /* sizeof _PyRuntime from its symbol or section, 0 if unknown */

@@ -631,7 +631,13 @@ static const struct pylayout builds[] = {
         .dk_log2_index_bytes = 9, .dk_kind = 10, .dk_nentries = 24, .dk_indices = 32,
         .values_values = 8, .values_valid = 3, .pre_dict = 24, .pre_values = X, .int_value = D,
         .int_digits = D,
-        NO_TASKS,
+        /* asyncio tasks: the per-thread lists (TaskObj's offsets from _asyncio at run time) */
+        .tasks = PYL_TASKS_LISTS, .await = PYL_AWAIT_STACKPOINTER, .gen_created = -3,
+        .tp_name = D, .tp_base = X, .set_mask = D, .set_table = D, .wr_object = X,
+        .meth_self = X, .list_items = X, .fut_loop = X, .fut_callback0 = X, .fut_state = X,
+        /* task_fut_waiter: not published; TaskObj of 3.14.0 compiled: 120 (GIL build) */
+        .task_fut_waiter = 120, .task_coro = X, .task_name = X, .task_size = X, .gen_frame = X,
+        .gen_iframe = D, .gen_frame_state = D, .fr_stacktop = D, .fr_valuestack = X,
     },
     {UNSET_OFFSETS, .name = "3.14t", .major = 3, .minor = 14, .free_threaded = true,
         /* kinds */
@@ -666,7 +672,13 @@ static const struct pylayout builds[] = {
         .dk_log2_index_bytes = 9, .dk_kind = 10, .dk_nentries = 24, .dk_indices = 32,
         .values_values = 8, .values_valid = 3, .pre_dict = 8, .pre_values = X, .int_value = D,
         .int_digits = D,
-        NO_TASKS,
+        /* asyncio tasks: the per-thread lists (TaskObj's offsets from _asyncio at run time) */
+        .tasks = PYL_TASKS_LISTS, .await = PYL_AWAIT_STACKPOINTER, .gen_created = -3,
+        .tp_name = D, .tp_base = X, .set_mask = D, .set_table = D, .wr_object = X,
+        .meth_self = X, .list_items = X, .fut_loop = X, .fut_callback0 = X, .fut_state = X,
+        /* task_fut_waiter: not published; TaskObj of 3.14.0 compiled: 136 (free-threaded) */
+        .task_fut_waiter = 136, .task_coro = X, .task_name = X, .task_size = X, .gen_frame = X,
+        .gen_iframe = D, .gen_frame_state = D, .fr_stacktop = D, .fr_valuestack = X,
     },
     {UNSET_OFFSETS, .name = "3.15", .major = 3, .minor = 15, .free_threaded = false,
         /* kinds */
@@ -760,7 +772,22 @@ static const struct patch {
 /* ---- _Py_DebugOffsets ----------------------------------------------------- */
 
 /* Sub-structs of _Py_DebugOffsets, each starting with its `size` field. */
-enum dgroup { G_RT, G_IS, G_TS, G_FR, G_CO, G_OB, G_TY, G_BY, G_UN, G_DI, G_LO, N_GROUPS };
+enum dgroup {
+        G_RT,
+        G_IS,
+        G_TS,
+        G_FR,
+        G_CO,
+        G_OB,
+        G_TY,
+        G_BY,
+        G_UN,
+        G_DI,
+        G_LO,
+        G_SE,
+        G_GE,
+        N_GROUPS
+};
 
 /* Where _Py_DebugOffsets keeps the offset of each field it gives us (0: not there). */
 struct dbg_positions {
@@ -770,6 +797,8 @@ struct dbg_positions {
             co_filename, co_name, co_qualname, co_linetable, co_firstlineno, co_code_adaptive,
             co_tlbc, ob_type, tp_flags, bytes_size, bytes_sval, str_state, str_length,
             str_ascii_size, is_modules, dict_keys, dict_values, int_value, int_digits;
+        /* asyncio tasks (3.14+) */
+        uint16_t tp_name, set_mask, set_table, gen_iframe, gen_frame_state, fr_stackpointer;
 };
 
 static const struct dbg_version {
@@ -831,8 +860,8 @@ static const struct dbg_version {
     {
         .minor = 14,
         .min_len = 760,
-        /*           RT  IS  TS   FR   CO   OB   TY   BY   UN   DI   LO */
-        .size_pos = {24, 48, 176, 248, 312, 400, 416, 592, 616, 528, 568},
+        /*           RT  IS  TS   FR   CO   OB   TY   BY   UN   DI   LO   SE   GE */
+        .size_pos = {24, 48, 176, 248, 312, 400, 416, 592, 616, 528, 568, 496, 664},
         .gil_rs_pos = 128,
         .at =
             {
@@ -875,6 +904,12 @@ static const struct dbg_version {
                 .dict_values = 544,
                 .int_value = 576,
                 .int_digits = 584,
+                .tp_name = 424,
+                .set_mask = 520,
+                .set_table = 512,
+                .gen_iframe = 680,
+                .gen_frame_state = 688,
+                .fr_stackpointer = 296,
             },
     },
     {
@@ -932,13 +967,14 @@ static const struct dbg_version {
 
 /* Plausible sizes of the described structs, to reject garbage offsets. */
 static const uint32_t group_max_size[N_GROUPS] = {
-    [G_RT] = 1u << 20, [G_IS] = 1u << 20, [G_TS] = 1u << 16, [G_FR] = 512,
-    [G_CO] = 1024,     [G_OB] = 64,       [G_TY] = 2048,     [G_BY] = 128,
-    [G_UN] = 256,      [G_DI] = 128,      [G_LO] = 64,
+    [G_RT] = 1u << 20, [G_IS] = 1u << 20, [G_TS] = 1u << 16, [G_FR] = 512, [G_CO] = 1024,
+    [G_OB] = 64,       [G_TY] = 2048,     [G_BY] = 128,      [G_UN] = 256, [G_DI] = 128,
+    [G_LO] = 64,       [G_SE] = 256,      [G_GE] = 512,
 };
 
 /* Groups only the thread names need: when implausible, names are off, the walk still works. */
-static const bool group_optional[N_GROUPS] = {[G_DI] = true, [G_LO] = true};
+static const bool group_optional[N_GROUPS] = {
+    [G_DI] = true, [G_LO] = true, [G_SE] = true, [G_GE] = true};
 
 /* How a debug value becomes a layout value. */
 enum dxform {
@@ -947,6 +983,7 @@ enum dxform {
         DX_SMALL,        /* a size, or an offset inside a small struct: taken as is */
         DX_NONZERO,      /* 0 means "absent" (tlbc fields in GIL builds) */
         DX_NAMES,        /* offset as is, only thread names need it: implausible leaves it -1 */
+        DX_TASKS,        /* offset as is, only --async needs it: implausible leaves it -1 */
 };
 
 /* What each position holds, and how its value is checked and used. */
@@ -997,6 +1034,12 @@ static const struct dbg_field {
     {OFF(dict_values), POS(dict_values), G_DI, DX_NAMES, 8},
     {OFF(int_value), POS(int_value), G_LO, DX_NAMES, 8},
     {OFF(int_digits), POS(int_digits), G_LO, DX_NAMES, 4},
+    {OFF(tp_name), POS(tp_name), G_TY, DX_TASKS, 8},
+    {OFF(set_mask), POS(set_mask), G_SE, DX_TASKS, 8},
+    {OFF(set_table), POS(set_table), G_SE, DX_TASKS, 8},
+    {OFF(gen_iframe), POS(gen_iframe), G_GE, DX_TASKS, 8},
+    {OFF(gen_frame_state), POS(gen_frame_state), G_GE, DX_TASKS, 1},
+    {OFF(fr_stacktop), POS(fr_stackpointer), G_FR, DX_TASKS, 8},
 };
 #define N_DBG_FIELDS (sizeof(dbg_fields) / sizeof(dbg_fields[0]))
 
@@ -1262,6 +1305,7 @@ int pylayout_from_debug_offsets(const uint8_t *dbg, size_t len, uint32_t version
                 switch (r->xform) {
                 case DX_PLAIN:
                 case DX_NAMES:
+                case DX_TASKS:
                         if (val + r->width > gsize[r->group])
                                 goto bad;
                         break;
@@ -1286,8 +1330,8 @@ int pylayout_from_debug_offsets(const uint8_t *dbg, size_t len, uint32_t version
                 set_i32(&L, r->off, (int32_t)res);
                 continue;
         bad:
-                if (r->xform == DX_NAMES)
-                        continue; /* left at -1 by fill_build(): no thread names */
+                if (r->xform == DX_NAMES || r->xform == DX_TASKS)
+                        continue; /* left at -1 by fill_build(): no thread names, no tasks */
                 snprintf(err, errlen,
                          "_Py_DebugOffsets: implausible value %llu at byte %u (struct size %llu)",
                          (unsigned long long)val, pos, (unsigned long long)gsize[r->group]);
@@ -1298,6 +1342,18 @@ int pylayout_from_debug_offsets(const uint8_t *dbg, size_t len, uint32_t version
                 L.gil_enabled = X;
         if (tmpl->ts_datastack_top == D8 && L.ts_datastack_chunk >= 0)
                 L.ts_datastack_top = L.ts_datastack_chunk + 8;
+        /*
+         * 3.14+ tasks: every field --async reads from here, or no tasks. tp_base
+         * follows tp_name at a distance PyTypeObject fixes (the object header
+         * before both shifts them alike).
+         */
+        if (L.tasks == PYL_TASKS_LISTS) {
+                if (L.tp_name < 0 || L.set_mask < 0 || L.set_table < 0 || L.gen_iframe < 0 ||
+                    L.gen_frame_state < 0 || L.fr_stacktop < 0)
+                        L.tasks = 0;
+                else
+                        L.tp_base = L.tp_name + (256 - 24);
+        }
         /* Every D cell must have been filled: a table bug otherwise. */
         for (size_t k = 0; k < N_OFFSET_FIELDS; k++) {
                 size_t off = offset_fields[k].off;
@@ -1307,6 +1363,7 @@ int pylayout_from_debug_offsets(const uint8_t *dbg, size_t len, uint32_t version
                 for (size_t i = 0; i < N_DBG_FIELDS; i++)
                         if (dbg_fields[i].off == off &&
                             (dbg_fields[i].xform == DX_NONZERO || dbg_fields[i].xform == DX_NAMES ||
+                             dbg_fields[i].xform == DX_TASKS ||
                              dbg_fields[i].off == OFF(gil_enabled)))
                                 optional = true;
                 if (!optional && field_i32(&L, off) < 0) {

@@ -86,13 +86,20 @@ enum pyl_tasks {
          * _all_tasks
          */
         PYL_TASKS_STATIC,
+        /*
+         * 3.14+: a list of the pending tasks per thread state (and one in the
+         * interpreter for threads gone), TaskObj's offsets published by
+         * _asyncio in its .AsyncioDebug section (read at run time)
+         */
+        PYL_TASKS_LISTS,
 };
 
 /* Where a suspended coroutine keeps what it awaits (the top of its frame's value stack). */
 enum pyl_await {
         PYL_AWAIT_STACKTOP = 1, /* 3.7-3.9: PyObject **f_stacktop; the object at f_stacktop[-1] */
         PYL_AWAIT_DEPTH,        /* 3.10: int f_stackdepth, PyObject **f_valuestack */
-        PYL_AWAIT_LOCALSPLUS,   /* 3.11+: int stacktop, an index into the embedded localsplus */
+        PYL_AWAIT_LOCALSPLUS,   /* 3.11-3.13: int stacktop, an index into the embedded localsplus */
+        PYL_AWAIT_STACKPOINTER, /* 3.14+: _PyStackRef *stackpointer; slots tagged (fr_code_mask) */
 };
 
 #define PYL_OWNER_NONE 127 /* owner_skip_from when no owner value marks entry frames */

@@ -91,7 +91,26 @@ struct name_entry {
         struct pywalk_code *code;
 };
 
+/*
+ * What _asyncio publishes in its .AsyncioDebug section (3.14+): 13 u64,
+ * offsets into TaskObj, the interpreter and the thread state.
+ */
+#define ASYNCIO_DEBUG_LEN 104
+struct asyncio_offsets {
+        uint64_t at; /* where they were read (0: not yet) */
+        uint32_t task_size, task_name, task_awaited_by, task_is_set, task_coro, task_node;
+        uint32_t interp_head, ts_head;
+};
+
+/* A task found in a list (3.14+), and its thread. */
+struct listed {
+        uint64_t task, thread_id;
+};
+
 struct pytasks {
+        struct asyncio_offsets ao; /* 3.14+ */
+        struct listed *listed;     /* 3.14+: this sample's tasks from the lists */
+        size_t n_listed, cap_listed;
         uint64_t registry[2]; /* the sets of tasks (0: none); weak: registry[0] holds weakrefs */
         bool weak[2];
         uint64_t registry_due; /* sample number of the next lookup by name */
@@ -113,6 +132,8 @@ struct pytasks {
         size_t n_frames, cap_frames;
         /* Per task (cap entries): awaited future, first done callback, ... */
         uint64_t *waiter, *callback;
+        uint64_t *awaited_by;   /* 3.14+: task_awaited_by, a task or a set of them */
+        uint8_t *ab_set;        /* 3.14+: task_awaited_by_is_set */
         uint64_t *cur;          /* the coroutine its chain is at (a slot's address in between) */
         uint64_t *frame;        /* that coroutine's frame (first: the task's loop) */
         int8_t *state;          /* 3.11+: that coroutine's gi_frame_state */
@@ -148,10 +169,11 @@ struct chain_frame {
 int pywalk_set_tasks(struct pywalk *w, char *err, size_t errlen)
 {
         const struct pylayout *L = &w->L;
-        if (!L->tasks || L->task_size <= 0 || L->is_modules < 0 || L->dict_keys < 0) {
+        bool lists = L->tasks == PYL_TASKS_LISTS;
+        if (!L->tasks || (!lists && (L->task_size <= 0 || L->is_modules < 0 || L->dict_keys < 0))) {
                 snprintf(err, errlen,
                          "--async: asyncio tasks cannot be read on Python %s (pyflame knows the "
-                         "task layouts of 3.6 to 3.13): its threads only are recorded",
+                         "task layouts of 3.6 to 3.14): its threads only are recorded",
                          L->name);
                 return PYFIND_UNSUPPORTED;
         }
@@ -187,6 +209,9 @@ void pytasks_free(struct pytasks *t)
                 return;
         names_clear(t);
         pywalk_attrs_free(t->attrs);
+        free(t->listed);
+        free(t->awaited_by);
+        free(t->ab_set);
         free(t->v);
         free(t->found);
         free(t->frames);
@@ -726,10 +751,12 @@ static int await_chains(struct pywalk *w)
 {
         struct pytasks *t = w->tasks;
         const struct pylayout *L = &w->L;
-        bool embedded = L->await == PYL_AWAIT_LOCALSPLUS;
+        /* 3.14+: stackpointer, a pointer; the slots are tagged _PyStackRefs. */
+        bool sp_ptr = L->await == PYL_AWAIT_STACKPOINTER;
+        bool embedded = L->await == PYL_AWAIT_LOCALSPLUS || sp_ptr;
         size_t need = L->fr_read;
-        if (embedded && (size_t)L->fr_stacktop + 4 > need)
-                need = (size_t)L->fr_stacktop + 4;
+        if (embedded && (size_t)L->fr_stacktop + (sp_ptr ? 8 : 4) > need)
+                need = (size_t)L->fr_stacktop + (sp_ptr ? 8 : 4);
         for (size_t i = 0; !embedded && i < 2; i++) {
                 int32_t end = (i ? L->fr_valuestack : L->fr_stacktop) + 8;
                 if ((size_t)end > need)
@@ -797,8 +824,12 @@ static int await_chains(struct pywalk *w)
                                 running = t->state[i] == 0;
                                 /* Suspended (-1; 3.13: in an await): what it awaits is on top. */
                                 follow = t->state[i] == -1;
-                                int32_t top = rd32(fr + L->fr_stacktop);
-                                if (follow && top > 0 && top < MAX_VALUE_STACK)
+                                uint64_t sp = sp_ptr ? rd64(fr + L->fr_stacktop) : 0;
+                                int32_t top = sp_ptr ? 0 : rd32(fr + L->fr_stacktop);
+                                if (sp_ptr && follow && sp > t->frame[i] + 8 &&
+                                    sp - t->frame[i] < 8 * (uint64_t)MAX_VALUE_STACK)
+                                        slot = sp - 8;
+                                else if (follow && top > 0 && top < MAX_VALUE_STACK)
                                         slot = t->frame[i] + (uint64_t)L->fr_valuestack +
                                                8 * (uint64_t)(top - 1);
                         } else {
@@ -855,11 +886,18 @@ static int await_chains(struct pywalk *w)
                         t->iov[k] = (struct memsrc_iov){t->cur[t->active[k]], t->buf + 8 * k, 8};
                 if ((rc = batch_read(w, m)) < 0)
                         return rc;
-                for (size_t k = 0; k < m; k++)
-                        t->cur[t->active[k]] = t->ok[k] ? rd64(t->buf + 8 * k) : 0;
+                for (size_t k = 0; k < m; k++) {
+                        uint64_t v = t->ok[k] ? rd64(t->buf + 8 * k) : 0;
+                        /* A _PyStackRef: an object with its tag bits, or an int or NULL. */
+                        if (sp_ptr)
+                                v = (v & 3) == 3 || v <= 3 ? 0 : v & L->fr_code_mask;
+                        t->cur[t->active[k]] = v;
+                }
         }
         return rc;
 }
+
+static int link_awaited_by(struct pywalk *w);
 
 /* Who awaits whom: awaited tasks, gather's children, TaskGroup members. */
 static int link_parents(struct pywalk *w)
@@ -895,7 +933,9 @@ static int link_parents(struct pywalk *w)
                 if (c && wcls != CLS_NONE)
                         memcpy(t->v[i].awaiting, c->name, sizeof(c->name));
         }
-        for (size_t i = 0; i < t->n; i++) {
+        if (L->tasks == PYL_TASKS_LISTS && (rc = link_awaited_by(w)) < 0)
+                return rc;
+        for (size_t i = 0; i < t->n && L->tasks != PYL_TASKS_LISTS; i++) {
                 uint8_t wcls = t->cls[i] >> 4, ccls = t->cls[i] & 15;
                 if (wcls == CLS_TASK || wcls == CLS_PYTASK) {
                         uint32_t c = task_index(t, t->waiter[i]);
@@ -1020,7 +1060,7 @@ static int tasks_reserve(struct pytasks *t, size_t n)
         struct pywalk_task *v = realloc(t->v, n * sizeof(*v));
         if (v)
                 t->v = v;
-        uint64_t **arrays[] = {&t->waiter, &t->callback, &t->cur, &t->frame};
+        uint64_t **arrays[] = {&t->waiter, &t->callback, &t->cur, &t->frame, &t->awaited_by};
         bool ok = v != NULL;
         for (size_t a = 0; a < sizeof(arrays) / sizeof(arrays[0]); a++) {
                 uint64_t *p = realloc(*arrays[a], n * sizeof(*p));
@@ -1037,12 +1077,181 @@ static int tasks_reserve(struct pytasks *t, size_t n)
         uint8_t *cls = realloc(t->cls, n);
         if (cls)
                 t->cls = cls;
+        uint8_t *ab_set = realloc(t->ab_set, n);
+        if (ab_set)
+                t->ab_set = ab_set;
         size_t *at = realloc(t->chain_at, (n + 1) * sizeof(*at));
         if (at)
                 t->chain_at = at;
-        if (!ok || !act || !st || !cls || !at)
+        if (!ok || !act || !st || !cls || !at || !ab_set)
                 return -ENOMEM;
         t->cap = n;
+        return 0;
+}
+
+/* ---- 3.14+: the per-thread lists of tasks ---------------------------------- */
+
+/*
+ * _asyncio's offsets, once it is loaded: its .AsyncioDebug section (in its
+ * shared object, else built into the interpreter's file), validated against
+ * the sizes it gives. Returns 0 (t->ao.at set when found and sound), or a
+ * fatal read error.
+ */
+static int asyncio_offsets(struct pywalk *w)
+{
+        struct pytasks *t = w->tasks;
+        const struct pylayout *L = &w->L;
+        uint64_t at = w->t.asyncio_debug_addr, size = ASYNCIO_DEBUG_LEN;
+        if (!at && (w->t.pid <= 0 ||
+                    pyfind_object_section(w->t.pid, "_asyncio.", ".AsyncioDebug", &at, &size) != 0))
+                return 0;
+        uint64_t d[ASYNCIO_DEBUG_LEN / 8];
+        int rc = size >= ASYNCIO_DEBUG_LEN ? memsrc_read(w->m, at, d, sizeof(d)) : 1;
+        if (rc != 0)
+                return rc < 0 && fatal_read(rc) ? rc : 0;
+        /* task: size name awaited_by is_task is_set coro node; interp: size head; tstate: size
+         * running_loop running_task head */
+        uint64_t task = d[0], interp = d[7], ts = d[9];
+        bool ok = task >= (uint64_t)L->ob_type + 8 && task <= 4096 && interp <= (1u << 20) &&
+                  ts <= (1u << 16);
+        for (int i = 1; i <= 6; i++)
+                ok &= d[i] + (i == 3 || i == 4 ? 1 : i == 6 ? 16 : 8) <= task;
+        ok &= d[8] + 16 <= interp && d[12] + 16 <= ts && d[10] + 8 <= ts && d[11] + 8 <= ts;
+        if (!ok)
+                return 0; /* not what this reader knows: no tasks */
+        t->ao = (struct asyncio_offsets){.at = at,
+                                         .task_size = (uint32_t)task,
+                                         .task_name = (uint32_t)d[1],
+                                         .task_awaited_by = (uint32_t)d[2],
+                                         .task_is_set = (uint32_t)d[4],
+                                         .task_coro = (uint32_t)d[5],
+                                         .task_node = (uint32_t)d[6],
+                                         .interp_head = (uint32_t)d[8],
+                                         .ts_head = (uint32_t)d[12]};
+        return 0;
+}
+
+static int listed_push(struct pytasks *t, uint64_t task, uint64_t thread_id)
+{
+        if (t->n_listed == t->cap_listed) {
+                size_t cap = t->cap_listed ? 2 * t->cap_listed : 256;
+                struct listed *v = realloc(t->listed, cap * sizeof(*v));
+                if (!v)
+                        return -ENOMEM;
+                t->listed = v;
+                t->cap_listed = cap;
+        }
+        t->listed[t->n_listed++] = (struct listed){task, thread_id};
+        return 0;
+}
+
+/*
+ * The tasks of the circular list whose head (a struct llist_node {next,
+ * prev}) is at `head`: each node is a task's task_node. A list that does
+ * not come back to its head within PYWALK_MAX_TASKS nodes, or leads
+ * nowhere, ends there (it changed under us).
+ */
+static int list_walk(struct pywalk *w, uint64_t head, uint64_t thread_id)
+{
+        struct pytasks *t = w->tasks;
+        uint64_t node;
+        int rc = memsrc_read(w->m, head, &node, 8);
+        for (size_t k = 0; rc == 0 && node && node != head && k < PYWALK_MAX_TASKS; k++) {
+                if (node < t->ao.task_node || node % 8)
+                        break;
+                if ((rc = listed_push(t, node - t->ao.task_node, thread_id)) < 0)
+                        return rc;
+                uint64_t next;
+                rc = memsrc_read(w->m, node, &next, 8);
+                if (rc == 0 && next == node)
+                        break; /* a node that leads to itself */
+                node = next;
+        }
+        return rc < 0 && fatal_read(rc) ? rc : 0;
+}
+
+static int listed_cmp(const void *a, const void *b)
+{
+        uint64_t x = ((const struct listed *)a)->task, y = ((const struct listed *)b)->task;
+        return (x > y) - (x < y);
+}
+
+/* Every pending task of the main interpreter, from each thread state's list and its own. */
+static int lists_read(struct pywalk *w)
+{
+        struct pytasks *t = w->tasks;
+        const struct pylayout *L = &w->L;
+        t->n_listed = 0;
+        uint64_t interp, ts;
+        int rc = memsrc_read(w->m, w->t.runtime_addr + (uint64_t)L->rt_interp_head, &interp, 8);
+        if (rc == 0)
+                rc = memsrc_read(w->m, interp + (uint64_t)L->is_threads_head, &ts, 8);
+        for (size_t k = 0; rc == 0 && ts && k < PYWALK_MAX_THREADS; k++) {
+                uint64_t id, next;
+                rc = memsrc_read(w->m, ts + (uint64_t)L->ts_thread_id, &id, 8);
+                if (rc == 0)
+                        rc = memsrc_read(w->m, ts + (uint64_t)L->ts_next, &next, 8);
+                if (rc == 0)
+                        rc = list_walk(w, ts + t->ao.ts_head, id);
+                ts = next;
+        }
+        if (rc == 0)
+                rc = list_walk(w, interp + t->ao.interp_head, 0);
+        if (rc < 0 && fatal_read(rc))
+                return rc;
+        if (t->n_listed > 1)
+                qsort(t->listed, t->n_listed, sizeof(*t->listed), listed_cmp);
+        t->n_found = 0;
+        for (size_t i = 0; i < t->n_listed; i++) {
+                if (i && t->listed[i].task == t->listed[i - 1].task)
+                        continue;
+                t->listed[t->n_found] = t->listed[i];
+                if ((rc = found_push(t, t->listed[i].task)) < 0)
+                        return rc;
+        }
+        return 0;
+}
+
+/*
+ * 3.14+: who awaits whom, from each task's awaited_by (the tasks awaiting
+ * it: one object, or a set of them). The first that is a task of this
+ * sample is its parent.
+ */
+static int link_awaited_by(struct pywalk *w)
+{
+        struct pytasks *t = w->tasks;
+        const struct pylayout *L = &w->L;
+        for (size_t i = 0; i < t->n; i++) {
+                uint64_t ab = t->awaited_by[i];
+                uint32_t p = 0;
+                if (ab && !t->ab_set[i]) {
+                        p = task_index(t, ab);
+                } else if (ab) {
+                        uint64_t mask, table;
+                        uint8_t ents[16 * 64];
+                        int rc = memsrc_read(w->m, ab + (uint64_t)L->set_mask, &mask, 8);
+                        if (rc == 0)
+                                rc = memsrc_read(w->m, ab + (uint64_t)L->set_table, &table, 8);
+                        /* A set of awaiting tasks is small: 8 slots, more when it grew. */
+                        if (rc == 0 && (mask + 1 > 64 || (mask & (mask + 1))))
+                                rc = 1;
+                        if (rc == 0)
+                                rc = memsrc_read(w->m, table, ents, 16 * (size_t)(mask + 1));
+                        for (uint64_t k = 0; rc == 0 && k <= mask && !p; k++) {
+                                uint64_t key = rd64(ents + 16 * k), hash = rd64(ents + 16 * k + 8);
+                                if (key && hash != UINT64_MAX) /* not empty, not a dummy */
+                                        p = task_index(t, key);
+                        }
+                        if (rc < 0 && fatal_read(rc))
+                                return rc;
+                }
+                if (p && p != i + 1) {
+                        t->v[i].parent = p;
+                        /* Awaited directly: the parent's awaited future is this task. */
+                        if (t->waiter[p - 1] == t->v[i].addr)
+                                t->v[p - 1].awaits = (uint32_t)i + 1;
+                }
+        }
         return 0;
 }
 
@@ -1054,14 +1263,22 @@ int pytasks_walk(struct pywalk *w)
         int rc = 0;
         if (t->attrs)
                 pywalk_attrs_sample(t->attrs, false);
-        if (w->sample_no >= t->registry_due) {
+        bool lists = L->tasks == PYL_TASKS_LISTS;
+        if (lists && !t->ao.at && w->sample_no >= t->registry_due) {
+                /* Look now and then until _asyncio is loaded; then it stays where it is. */
+                if ((rc = asyncio_offsets(w)) < 0)
+                        return rc;
+                t->registry_due = w->sample_no + 64;
+        } else if (!lists && w->sample_no >= t->registry_due) {
                 rc = registry_lookup(w);
                 if (rc < 0)
                         return rc;
                 /* Look again soon while asyncio is not imported yet. */
                 t->registry_due = w->sample_no + (t->registry[0] ? REGISTRY_RECHECK : 64);
         }
-        for (int i = 0; i < 2; i++) {
+        if (lists && t->ao.at && (rc = lists_read(w)) < 0)
+                return rc;
+        for (int i = 0; i < 2 && !lists; i++) {
                 if (!t->registry[i])
                         continue;
                 rc = registry_read(w, t->registry[i], t->weak[i]);
@@ -1070,7 +1287,7 @@ int pytasks_walk(struct pywalk *w)
                 if (rc)
                         t->registry_due = 0; /* moved or gone: look it up again */
         }
-        if (t->n_found > 1) /* none found: t->found may be NULL, which qsort must not see */
+        if (t->n_found > 1 && !lists) /* none found: t->found may be NULL: no qsort */
                 qsort(t->found, t->n_found, sizeof(*t->found), addr_cmp);
         size_t k = 0;
         for (size_t i = 0; i < t->n_found && k < PYWALK_MAX_TASKS; i++)
@@ -1080,7 +1297,7 @@ int pytasks_walk(struct pywalk *w)
         if (k == 0)
                 return 0; /* no task yet (asyncio imported, no loop running): nothing is sized */
         /* Every candidate's Task struct in one batch. */
-        size_t each = (size_t)L->task_size;
+        size_t each = lists ? t->ao.task_size : (size_t)L->task_size;
         if ((rc = tasks_reserve(t, t->n_found)) < 0 ||
             (rc = batch_reserve(t, t->n_found, each)) < 0)
                 return rc;
@@ -1101,10 +1318,27 @@ int pytasks_walk(struct pywalk *w)
                         t->n += rc == 0;
                         continue;
                 }
-                if (cls != CLS_TASK || rd32(p + L->fut_state) != 0) /* not a task, or done */
+                if (cls != CLS_TASK)
                         continue;
                 struct pywalk_task *tk = &t->v[t->n];
                 *tk = (struct pywalk_task){.addr = t->found[i]};
+                if (lists) {
+                        /* Listed tasks are pending ones; each list is its thread's. */
+                        const struct asyncio_offsets *a = &t->ao;
+                        tk->thread_id = t->listed[i].thread_id;
+                        t->waiter[t->n] =
+                            L->task_fut_waiter >= 0 ? rd64(p + L->task_fut_waiter) : 0;
+                        t->callback[t->n] = 0;
+                        t->awaited_by[t->n] = rd64(p + a->task_awaited_by);
+                        t->ab_set[t->n] = p[a->task_is_set] != 0;
+                        t->cur[t->n] = rd64(p + a->task_coro);
+                        t->frame[t->n] = 0;
+                        t->chain_at[t->n] = rd64(p + a->task_name);
+                        t->n++;
+                        continue;
+                }
+                if (rd32(p + L->fut_state) != 0) /* done */
+                        continue;
                 t->waiter[t->n] = rd64(p + L->task_fut_waiter);
                 t->callback[t->n] = L->fut_callback0 >= 0 ? rd64(p + L->fut_callback0) : 0;
                 t->cur[t->n] = rd64(p + L->task_coro);
@@ -1114,7 +1348,7 @@ int pytasks_walk(struct pywalk *w)
                 t->n++;
         }
         for (size_t i = 0; i < t->n; i++) {
-                if ((rc = loop_thread(w, t->frame[i], &t->v[i].thread_id)) < 0)
+                if (!lists && (rc = loop_thread(w, t->frame[i], &t->v[i].thread_id)) < 0)
                         return rc;
                 if ((rc = task_name(w, t->v[i].addr, t->chain_at[i], &t->v[i].name)) < 0)
                         return rc;

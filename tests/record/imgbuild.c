@@ -163,6 +163,14 @@ enum dv {
         DV_LO_SIZE,
         DV_LO_TAG,
         DV_LO_DIGIT,
+        DV_TY_NAME, /* 3.14+, for asyncio tasks */
+        DV_SE_SIZE,
+        DV_SE_MASK,
+        DV_SE_TABLE,
+        DV_GE_SIZE,
+        DV_GE_IFRAME,
+        DV_GE_STATE,
+        DV_FR_STACKPOINTER,
         N_DV
 };
 
@@ -187,23 +195,35 @@ static const uint16_t dpos[3][N_DV] = {
         [DV_LO_SIZE] = 488,       [DV_LO_TAG] = 496,         [DV_LO_DIGIT] = 504,
     },
     {
-        [DV_RT_SIZE] = 24,        [DV_RT_INTERP_HEAD] = 40, [DV_IS_SIZE] = 48,
-        [DV_IS_ID] = 56,          [DV_IS_NEXT] = 64,        [DV_IS_THREADS_HEAD] = 72,
-        [DV_IS_CEVAL_GIL] = 120,  [DV_IS_GIL_RS] = 128,     [DV_IS_GIL_ENABLED] = 136,
-        [DV_IS_GIL_LOCKED] = 144, [DV_IS_GIL_HOLDER] = 152, [DV_TS_SIZE] = 176,
-        [DV_TS_NEXT] = 192,       [DV_TS_INTERP] = 200,     [DV_TS_CURRENT_FRAME] = 208,
-        [DV_TS_THREAD_ID] = 216,  [DV_TS_NATIVE_TID] = 224, [DV_TS_DATASTACK] = 232,
-        [DV_FR_SIZE] = 248,       [DV_FR_PREVIOUS] = 256,   [DV_FR_EXECUTABLE] = 264,
-        [DV_FR_INSTR_PTR] = 272,  [DV_FR_OWNER] = 288,      [DV_FR_TLBC_INDEX] = 304,
-        [DV_CO_SIZE] = 312,       [DV_CO_FILENAME] = 320,   [DV_CO_NAME] = 328,
-        [DV_CO_QUALNAME] = 336,   [DV_CO_LINETABLE] = 344,  [DV_CO_FIRSTLINENO] = 352,
-        [DV_CO_ADAPTIVE] = 384,   [DV_CO_TLBC] = 392,       [DV_OB_SIZE] = 400,
-        [DV_OB_TYPE] = 408,       [DV_TY_SIZE] = 416,       [DV_TY_FLAGS] = 440,
-        [DV_BY_SIZE] = 592,       [DV_BY_OB_SIZE] = 600,    [DV_BY_SVAL] = 608,
-        [DV_UN_SIZE] = 616,       [DV_UN_STATE] = 624,      [DV_UN_LENGTH] = 632,
-        [DV_UN_ASCII_SIZE] = 640, [DV_IS_MODULES] = 96,     [DV_DI_SIZE] = 528,
-        [DV_DI_KEYS] = 536,       [DV_DI_VALUES] = 544,     [DV_LO_SIZE] = 568,
-        [DV_LO_TAG] = 576,        [DV_LO_DIGIT] = 584,
+        [DV_RT_SIZE] = 24,           [DV_RT_INTERP_HEAD] = 40,
+        [DV_IS_SIZE] = 48,           [DV_IS_ID] = 56,
+        [DV_IS_NEXT] = 64,           [DV_IS_THREADS_HEAD] = 72,
+        [DV_IS_CEVAL_GIL] = 120,     [DV_IS_GIL_RS] = 128,
+        [DV_IS_GIL_ENABLED] = 136,   [DV_IS_GIL_LOCKED] = 144,
+        [DV_IS_GIL_HOLDER] = 152,    [DV_TS_SIZE] = 176,
+        [DV_TS_NEXT] = 192,          [DV_TS_INTERP] = 200,
+        [DV_TS_CURRENT_FRAME] = 208, [DV_TS_THREAD_ID] = 216,
+        [DV_TS_NATIVE_TID] = 224,    [DV_TS_DATASTACK] = 232,
+        [DV_FR_SIZE] = 248,          [DV_FR_PREVIOUS] = 256,
+        [DV_FR_EXECUTABLE] = 264,    [DV_FR_INSTR_PTR] = 272,
+        [DV_FR_OWNER] = 288,         [DV_FR_TLBC_INDEX] = 304,
+        [DV_CO_SIZE] = 312,          [DV_CO_FILENAME] = 320,
+        [DV_CO_NAME] = 328,          [DV_CO_QUALNAME] = 336,
+        [DV_CO_LINETABLE] = 344,     [DV_CO_FIRSTLINENO] = 352,
+        [DV_CO_ADAPTIVE] = 384,      [DV_CO_TLBC] = 392,
+        [DV_OB_SIZE] = 400,          [DV_OB_TYPE] = 408,
+        [DV_TY_SIZE] = 416,          [DV_TY_FLAGS] = 440,
+        [DV_BY_SIZE] = 592,          [DV_BY_OB_SIZE] = 600,
+        [DV_BY_SVAL] = 608,          [DV_UN_SIZE] = 616,
+        [DV_UN_STATE] = 624,         [DV_UN_LENGTH] = 632,
+        [DV_UN_ASCII_SIZE] = 640,    [DV_IS_MODULES] = 96,
+        [DV_DI_SIZE] = 528,          [DV_DI_KEYS] = 536,
+        [DV_DI_VALUES] = 544,        [DV_LO_SIZE] = 568,
+        [DV_LO_TAG] = 576,           [DV_LO_DIGIT] = 584,
+        [DV_TY_NAME] = 424,          [DV_SE_SIZE] = 496,
+        [DV_SE_MASK] = 520,          [DV_SE_TABLE] = 512,
+        [DV_GE_SIZE] = 664,          [DV_GE_IFRAME] = 680,
+        [DV_GE_STATE] = 688,         [DV_FR_STACKPOINTER] = 296,
     },
     {
         [DV_RT_SIZE] = 24,         [DV_RT_INTERP_HEAD] = 40, [DV_IS_SIZE] = 48,
@@ -310,6 +330,14 @@ static void write_debug_offsets(struct pyimg *p, size_t rt_size)
             [DV_LO_SIZE] = (uint64_t)L->int_digits + 8,
             [DV_LO_TAG] = (uint64_t)L->int_value,
             [DV_LO_DIGIT] = (uint64_t)L->int_digits,
+            [DV_TY_NAME] = L->tp_name >= 0 ? (uint64_t)L->tp_name : 0,
+            [DV_SE_SIZE] = L->set_table >= 0 ? (uint64_t)L->set_table + 72 : 0,
+            [DV_SE_MASK] = L->set_mask >= 0 ? (uint64_t)L->set_mask : 0,
+            [DV_SE_TABLE] = L->set_table >= 0 ? (uint64_t)L->set_table : 0,
+            [DV_GE_SIZE] = L->gen_iframe >= 0 ? (uint64_t)L->gen_iframe + FRAME_SIZE : 0,
+            [DV_GE_IFRAME] = L->gen_iframe >= 0 ? (uint64_t)L->gen_iframe : 0,
+            [DV_GE_STATE] = L->gen_frame_state >= 0 ? (uint64_t)L->gen_frame_state : 0,
+            [DV_FR_STACKPOINTER] = L->fr_stacktop >= 0 ? (uint64_t)L->fr_stacktop : 0,
         };
         uint8_t *d = img_at(p->img, p->runtime, dsize[v]);
         memcpy(d, "xdebugpy", 8);
@@ -689,6 +717,150 @@ uint64_t pyimg_code_tlbc(struct pyimg *p, uint64_t code, int n, int idx)
         img_u64(p->img, code + (uint64_t)L->co_tlbc, arr);
         pyimg_sync(p);
         return want;
+}
+
+/* ---- asyncio (3.14+) ------------------------------------------------------------------ */
+
+/* A type named `name` (tp_name, a C string), based on `base` (0: none). */
+static uint64_t named_type(struct pyimg *p, const char *name, uint64_t base)
+{
+        uint64_t t = new_type(p, 0);
+        uint64_t s = img_alloc(p->img, 64); /* in a binary's .rodata: more text follows */
+        memcpy(img_at(p->img, s, strlen(name) + 1), name, strlen(name) + 1);
+        img_u64(p->img, t + (uint64_t)p->L.tp_name, s);
+        img_u64(p->img, t + (uint64_t)p->L.tp_base, base);
+        return t;
+}
+
+/* An empty circular list at head: next = prev = head. */
+static void list_init(struct pyimg *p, uint64_t head)
+{
+        img_u64(p->img, head, head);
+        img_u64(p->img, head + 8, head);
+}
+
+void pyimg_asyncio(struct pyimg *p)
+{
+        const struct pylayout *L = &p->L;
+        struct pyimg_asyncio *a = &p->aio;
+        bool ft = L->free_threaded;
+        uint32_t h = ft ? 16 : 0;
+        uint64_t future = named_type(p, "_asyncio.Future", 0);
+        *a = (struct pyimg_asyncio){
+            .task_type = named_type(p, "_asyncio.Task", future),
+            .future_type = future,
+            .gathering_type = named_type(p, "_GatheringFuture", future),
+            .coro_type = named_type(p, "coroutine", 0),
+            .set_type = named_type(p, "set", 0),
+            /* TaskObj of 3.14.0 (FutureObj_HEAD, then the task's own fields) */
+            .task_size = ft ? 192 : 168,
+            .name = 136 + h,
+            .awaited_by = 96 + h,
+            .is_task = 108 + h,
+            .is_set = 109 + h,
+            .coro = 128 + h,
+            .node = 152 + h,
+            /* inside this builder's thread states and interpreters, clear of their fields */
+            .ts_head = TSTATE_SIZE / 2 - 32,
+            .ts_running_task = TSTATE_SIZE / 2 - 40,
+            .interp_head = (uint32_t)interp_size(L) - 256 - 32,
+        };
+        a->dummy = new_object(p, 64, a->set_type);
+        a->debug = img_alloc(p->img, 104);
+        uint64_t d[13] = {a->task_size,
+                          a->name,
+                          a->awaited_by,
+                          a->is_task,
+                          a->is_set,
+                          a->coro,
+                          a->node,
+                          interp_size(L),
+                          a->interp_head,
+                          TSTATE_SIZE / 2,
+                          a->ts_running_task - 8,
+                          a->ts_running_task,
+                          a->ts_head};
+        memcpy(img_at(p->img, a->debug, sizeof(d)), d, sizeof(d));
+        for (size_t i = 0; i < p->n_interps; i++)
+                list_init(p, p->interps[i] + a->interp_head);
+        for (size_t i = 0; i < p->n_th; i++)
+                list_init(p, p->th[i].tstate + a->ts_head);
+        p->target.asyncio_debug_addr = a->debug;
+        pyimg_sync(p);
+}
+
+uint64_t pyimg_coro(struct pyimg *p, uint64_t code, int unit, int state, uint64_t awaited)
+{
+        const struct pylayout *L = &p->L;
+        uint64_t co = new_object(p, (size_t)L->gen_iframe + FRAME_SIZE, p->aio.coro_type);
+        img_u8(p->img, co + (uint64_t)L->gen_frame_state, (uint8_t)(int8_t)state);
+        uint64_t f = co + (uint64_t)L->gen_iframe;
+        img_u64(p->img, f + (uint64_t)L->fr_code, code | 1); /* a tagged _PyStackRef */
+        img_u64(p->img, f + (uint64_t)L->fr_lasti,
+                code + (uint64_t)L->co_code_adaptive + 2 * (uint64_t)unit);
+        img_u8(p->img, f + (uint64_t)L->fr_owner, L->owner_generator);
+        /* The value stack: one slot, the awaited object (a refcounted reference: tag 1). */
+        uint64_t slot = f + 96;
+        img_u64(p->img, slot, awaited ? awaited | 1 : 0);
+        img_u64(p->img, f + (uint64_t)L->fr_stacktop, awaited ? slot + 8 : slot);
+        pyimg_sync(p);
+        return co;
+}
+
+uint64_t pyimg_future(struct pyimg *p, bool gathering)
+{
+        uint64_t f = new_object(p, 256, gathering ? p->aio.gathering_type : p->aio.future_type);
+        pyimg_sync(p);
+        return f;
+}
+
+uint64_t pyimg_task(struct pyimg *p, int t, uint64_t name, uint64_t coro)
+{
+        struct pyimg_asyncio *a = &p->aio;
+        uint64_t task = new_object(p, a->task_size, a->task_type);
+        img_u64(p->img, task + a->name, name);
+        img_u64(p->img, task + a->coro, coro);
+        img_u8(p->img, task + a->is_task, 1);
+        uint64_t head = t < 0 ? p->interps[0] + a->interp_head : p->th[t].tstate + a->ts_head;
+        uint64_t node = task + a->node, prev = img_get_u64(p->img, head + 8);
+        img_u64(p->img, node, head);
+        img_u64(p->img, node + 8, prev);
+        img_u64(p->img, prev, node);
+        img_u64(p->img, head + 8, node);
+        pyimg_sync(p);
+        return task;
+}
+
+void pyimg_task_awaited_by(struct pyimg *p, uint64_t task, const uint64_t *by, size_t n)
+{
+        const struct pylayout *L = &p->L;
+        struct pyimg_asyncio *a = &p->aio;
+        if (n == 1) {
+                img_u64(p->img, task + a->awaited_by, by[0]);
+                return;
+        }
+        if (n > 7)
+                die("a set of at most 7 awaiting tasks");
+        /* 8 slots: a deleted entry (the dummy, hash -1) first, then the tasks. */
+        uint64_t set = new_object(p, (size_t)L->set_table + 8, a->set_type);
+        uint64_t table = img_alloc(p->img, 8 * 16);
+        img_u64(p->img, table, a->dummy);
+        img_u64(p->img, table + 8, UINT64_MAX);
+        for (size_t i = 0; i < n; i++) {
+                uint64_t e = table + 16 * (1 + i);
+                img_u64(p->img, e, by[i]);
+                img_u64(p->img, e + 8, by[i] >> 4);
+        }
+        img_u64(p->img, set + (uint64_t)L->set_mask, 7);
+        img_u64(p->img, set + (uint64_t)L->set_table, table);
+        img_u64(p->img, task + a->awaited_by, set);
+        img_u8(p->img, task + a->is_set, 1);
+        pyimg_sync(p);
+}
+
+void pyimg_task_waiter(struct pyimg *p, uint64_t task, uint64_t fut)
+{
+        img_u64(p->img, task + (uint64_t)p->L.task_fut_waiter, fut);
 }
 
 /* ---- frames ------------------------------------------------------------------------ */

@@ -89,6 +89,14 @@ struct pyimg_thread {
         uint64_t top;                         /* current frame */
 };
 
+/* asyncio's objects (3.14+): what pyimg_asyncio() wrote in _asyncio's .AsyncioDebug. */
+struct pyimg_asyncio {
+        uint64_t debug; /* the section: 13 u64 */
+        uint64_t task_type, future_type, gathering_type, coro_type, set_type, dummy;
+        uint32_t task_size, name, awaited_by, is_task, is_set, coro, node;
+        uint32_t ts_head, ts_running_task, interp_head;
+};
+
 struct pyimg {
         struct img *img;
         struct pylayout L;
@@ -105,6 +113,7 @@ struct pyimg {
         struct pyimg_class classes[PYIMG_MAX_CLASSES];
         size_t n_classes;
         int32_t tid_off; /* of the TID in the fake struct pthread (<=3.10) */
+        struct pyimg_asyncio aio;
         struct pyfind_target target;
         struct memsrc mem;
 };
@@ -136,6 +145,28 @@ uint64_t pyimg_code(struct pyimg *p, const char *name, const char *qualname, con
 /* Same, with name/qualname/file given as object addresses. */
 uint64_t pyimg_code_objs(struct pyimg *p, uint64_t name, uint64_t qualname, uint64_t file,
                          int first_line, const int *lines, size_t nunits, int firsttraceable);
+/*
+ * asyncio (3.14+, as _asyncio keeps them): its types and its .AsyncioDebug
+ * (TaskObj as 3.14.0 compiles it), empty task lists in the interpreters and
+ * thread states there are; target.asyncio_debug_addr set.
+ */
+void pyimg_asyncio(struct pyimg *p);
+/*
+ * A coroutine running `code` at code unit `unit`, its gi_frame_state
+ * `state` (-1 suspended in an await, 0 running...), awaiting `awaited` (0:
+ * nothing on its stack), held tagged as a _PyStackRef.
+ */
+uint64_t pyimg_coro(struct pyimg *p, uint64_t code, int unit, int state, uint64_t awaited);
+/* An object of one of asyncio's types: a Future, or a _GatheringFuture when `gathering`. */
+uint64_t pyimg_future(struct pyimg *p, bool gathering);
+/* A pending task named by `name` (a str or int object) at the tail of thread t's list (-1: the
+ * interpreter's). */
+uint64_t pyimg_task(struct pyimg *p, int t, uint64_t name, uint64_t coro);
+/* Who awaits `task`: one task, or a set of n (with a deleted entry among them). */
+void pyimg_task_awaited_by(struct pyimg *p, uint64_t task, const uint64_t *by, size_t n);
+/* The future `task` waits on (its fut_waiter). */
+void pyimg_task_waiter(struct pyimg *p, uint64_t task, uint64_t fut);
+
 /* 3.14t: give `code` n thread-local bytecode copies; returns the address of copy `idx`. */
 uint64_t pyimg_code_tlbc(struct pyimg *p, uint64_t code, int n, int idx);
 

@@ -128,8 +128,8 @@ void imgver_debug_layout(const struct imgver *v, enum imgver_tasks tasks, struct
         L->int_value = 16 + h;
         L->int_digits = 24 + h;
         /*
-         * asyncio tasks (IMGVER_TASKS_313): 3.13 (GIL build) only, as found in
-         * the live 3.13.0 (pylayout.c).
+         * asyncio tasks (IMGVER_TASKS_313): 3.13 (GIL build) as found in the
+         * live 3.13.0 (pylayout.c), and 3.14's lists.
          */
         int32_t *task_fields[] = {
             &L->tp_name,         &L->tp_base,     &L->set_mask,        &L->set_table,
@@ -140,12 +140,24 @@ void imgver_debug_layout(const struct imgver *v, enum imgver_tasks tasks, struct
         };
         int32_t task_offsets_313[] = {24,  256, 32,  40,  16, 24, 24, 16, 24, 96,
                                       112, 120, 128, 144, -1, 72, 67, 64, 72};
-        bool has_tasks = tasks == IMGVER_TASKS_313 && v->minor == 13 && !t;
+        /*
+         * 3.14 and 3.14t: the per-thread lists; TaskObj's own offsets come
+         * from _asyncio at run time (pyimg_asyncio()), fut_waiter from
+         * pylayout.c's table. PySetObject's mask and table, the
+         * generator's embedded frame and state, the frame's stackpointer.
+         */
+        int32_t task_offsets_314[] = {
+            24 + h,        256 + h, 32 + h, 40 + h, -1, -1,     -1,     -1, -1, -1,
+            t ? 136 : 120, -1,      -1,     -1,     -1, 72 + h, 67 + h, 64, -1};
+        bool has_313 = tasks == IMGVER_TASKS_313 && v->minor == 13 && !t;
+        bool has_314 = tasks == IMGVER_TASKS_313 && v->minor == 14;
         for (size_t i = 0; i < sizeof(task_fields) / sizeof(task_fields[0]); i++)
-                *task_fields[i] = has_tasks ? task_offsets_313[i] : -1;
-        L->tasks = has_tasks ? PYL_TASKS_SCHEDULED : 0;
-        L->await = has_tasks ? PYL_AWAIT_LOCALSPLUS : 0;
-        L->gen_created = has_tasks ? -3 : 0;
+                *task_fields[i] = has_313   ? task_offsets_313[i]
+                                  : has_314 ? task_offsets_314[i]
+                                            : -1;
+        L->tasks = has_313 ? PYL_TASKS_SCHEDULED : has_314 ? PYL_TASKS_LISTS : 0;
+        L->await = has_313 ? PYL_AWAIT_LOCALSPLUS : has_314 ? PYL_AWAIT_STACKPOINTER : 0;
+        L->gen_created = has_313 || has_314 ? -3 : 0;
         /* Bytes per frame read, as the walker derives them (test_pywalk_image checks this). */
         int32_t end = L->fr_lasti + 8;
         if (L->fr_owner + 1 > end)

@@ -34,7 +34,7 @@ extern const struct imgver imgver_table[];
 /* Which asyncio task fields a hand-written 3.13+ layout fills in. */
 enum imgver_tasks {
         IMGVER_TASKS_NONE = 1, /* none: every task field -1, tasks/await/gen_created 0 */
-        IMGVER_TASKS_313,      /* 3.13's GIL build as pylayout.c has them; none for the rest */
+        IMGVER_TASKS_313, /* 3.13's GIL build as pylayout.c has them, 3.14's lists; none else */
 };
 
 /*
