@@ -1187,7 +1187,7 @@ static int lists_read(struct pywalk *w)
         if (rc == 0)
                 rc = memsrc_read(w->m, interp + (uint64_t)L->is_threads_head, &ts, 8);
         for (size_t k = 0; rc == 0 && ts && k < PYWALK_MAX_THREADS; k++) {
-                uint64_t id, next;
+                uint64_t id = 0, next = 0;
                 rc = memsrc_read(w->m, ts + (uint64_t)L->ts_thread_id, &id, 8);
                 if (rc == 0)
                         rc = memsrc_read(w->m, ts + (uint64_t)L->ts_next, &next, 8);

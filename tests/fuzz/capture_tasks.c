@@ -6,7 +6,8 @@
  * tasks are all suspended, walk it CAPTURE_SAMPLES times with its tasks and
  * thread names, keeping every range read, and write OUTDIR/LABEL.cap; then
  * the same with asyncio's pure-Python tasks (PYFLAME_PURE_TASKS=1, the
- * target cannot import _asyncio): OUTDIR/LABEL-pure.cap.
+ * target cannot import _asyncio): OUTDIR/LABEL-pure.cap; and synthetic
+ * images of 3.14 and 3.14t with tasks (imgtasks.c).
  *
  *   capture_tasks TASKS_TARGET_PY OUTDIR
  *
@@ -27,6 +28,7 @@
 #include <unistd.h>
 
 #include "capture.h"
+#include "imgtasks.h"
 #include "memsrc.h"
 #include "pyfind.h"
 #include "pyinterps.h"
@@ -251,6 +253,50 @@ static int capture_one(const struct pyinterp *py, bool pure, const char *script,
         return rc == 0 ? 0 : -1;
 }
 
+/*
+ * A synthetic 3.14+ image with tasks (imgtasks.c: no such interpreter is
+ * installed), walked and kept the same way: OUTDIR/3.14.2-image.cap.
+ */
+static int capture_image(const struct imgver *v, const char *outdir, char *err, size_t errlen)
+{
+        static struct imgtasks s;
+        imgtasks_build(&s, v);
+        struct keeper k = {.m = {.read = keeper_read, .readv = keeper_readv}, .live = s.p.mem};
+        struct pywalk *w = NULL;
+        int rc = pywalk_open(&s.p.target, &k.m, &w, err, errlen);
+        if (rc == 0)
+                rc = pywalk_set_tasks(w, err, errlen);
+        uint32_t n_threads = 0;
+        size_t n_tasks = 0;
+        for (int i = 0; rc == 0 && i < CAPTURE_SAMPLES; i++) {
+                n_threads = 0;
+                rc = pywalk_sample(w, count_thread, &n_threads);
+                const struct pywalk_task *t;
+                pywalk_tasks(w, &t, &n_tasks);
+        }
+        if (rc == 0 && (n_tasks != IMGTASKS_COUNT || k.oom)) {
+                snprintf(err, errlen, "%zu tasks found in the image, %d built", n_tasks,
+                         IMGTASKS_COUNT);
+                rc = -1;
+        }
+        char path[1024];
+        snprintf(path, sizeof(path), "%s/%d.%d.2%s-image.cap", outdir, v->major, v->minor,
+                 v->ft ? "t" : "");
+        struct pyfind_target t = s.p.target;
+        t.pid = 0;
+        if (rc == 0 && (rc = write_capture(path, &t, &k, (uint32_t)n_tasks, n_threads)) < 0)
+                snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+        if (rc == 0)
+                printf("%-40s %zu tasks, %u threads, %zu ranges read: %s\n", v->name, n_tasks,
+                       n_threads, k.n, path);
+        pywalk_close(w);
+        pyimg_free(&s.p);
+        for (size_t i = 0; i < k.n; i++)
+                free(k.v[i].data);
+        free(k.v);
+        return rc == 0 ? 0 : -1;
+}
+
 int main(int argc, char **argv)
 {
         if (argc != 3) {
@@ -279,6 +325,18 @@ int main(int argc, char **argv)
                                         pure ? " pure-Python" : "", err);
                                 failed++;
                         }
+                }
+        }
+        for (size_t i = 0; i < IMGVER_COUNT; i++) {
+                const struct imgver *v = &imgver_table[i];
+                if (v->major != 3 || v->minor != 14)
+                        continue;
+                char err[512] = "";
+                if (capture_image(v, argv[2], err, sizeof(err)) == 0) {
+                        written++;
+                } else {
+                        fprintf(stderr, "capture_tasks: image %s: %s\n", v->name, err);
+                        failed++;
                 }
         }
         if (failed)
