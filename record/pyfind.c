@@ -1341,8 +1341,8 @@ static int elf_find_section(struct elf_obj *e, const char *name, uint64_t *addr,
         return 0;
 }
 
-int pyfind_object_section(pid_t pid, const char *prefix, const char *section, uint64_t *addr,
-                          uint64_t *size)
+int pyfind_object_section(pid_t pid, const char *prefix, const char *section, bool own_file,
+                          uint64_t *addr, uint64_t *size)
 {
         struct finder *f = calloc(1, sizeof(*f));
         if (!f)
@@ -1355,7 +1355,7 @@ int pyfind_object_section(pid_t pid, const char *prefix, const char *section, ui
         rc = rc < 0 ? rc : 1;
         elf_version(EV_CURRENT);
         /* The module's own file first; then the interpreter's, where it may be built in. */
-        for (int pass = 0; pass < 2; pass++) {
+        for (int pass = 0; pass < (own_file ? 2 : 1); pass++) {
                 for (size_t i = 0; rc == 1 && i < f->n_objs; i++) {
                         struct object *o = &f->objs[i];
                         const char *b = base_name(o->path);

@@ -99,11 +99,11 @@ int pyfind_object_symbol(pid_t pid, const char *prefix, const char *sym, uint64_
 /*
  * The address and size in process pid of ELF section `section`
  * (".AsyncioDebug") of the file it maps whose name begins with `prefix`,
- * else of its interpreter's own file (a module built in): 0, 1 when none
- * has it, or a negative errno.
+ * else, with `own_file`, of its interpreter's own file (python*, libpython*:
+ * a module built in): 0, 1 when none has it, or a negative errno.
  */
-int pyfind_object_section(pid_t pid, const char *prefix, const char *section, uint64_t *addr,
-                          uint64_t *size);
+int pyfind_object_section(pid_t pid, const char *prefix, const char *section, bool own_file,
+                          uint64_t *addr, uint64_t *size);
 
 /*
  * The parsers under the finder, on their own (the unit tests drive them):

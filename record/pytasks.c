@@ -109,6 +109,7 @@ struct listed {
 
 struct pytasks {
         struct asyncio_offsets ao; /* 3.14+ */
+        bool own_file_checked;     /* 3.14+: the interpreter's file has no .AsyncioDebug */
         struct listed *listed;     /* 3.14+: this sample's tasks from the lists */
         size_t n_listed, cap_listed;
         uint64_t registry[2]; /* the sets of tasks (0: none); weak: registry[0] holds weakrefs */
@@ -1102,8 +1103,11 @@ static int asyncio_offsets(struct pywalk *w)
         struct pytasks *t = w->tasks;
         const struct pylayout *L = &w->L;
         uint64_t at = w->t.asyncio_debug_addr, size = ASYNCIO_DEBUG_LEN;
-        if (!at && (w->t.pid <= 0 ||
-                    pyfind_object_section(w->t.pid, "_asyncio.", ".AsyncioDebug", &at, &size) != 0))
+        /* The interpreter's own file is looked at once: it does not change. */
+        bool own_file = !t->own_file_checked;
+        t->own_file_checked = true;
+        if (!at && (w->t.pid <= 0 || pyfind_object_section(w->t.pid, "_asyncio.", ".AsyncioDebug",
+                                                           own_file, &at, &size) != 0))
                 return 0;
         uint64_t d[ASYNCIO_DEBUG_LEN / 8];
         int rc = size >= ASYNCIO_DEBUG_LEN ? memsrc_read(w->m, at, d, sizeof(d)) : 1;

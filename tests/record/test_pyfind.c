@@ -343,6 +343,21 @@ static void test_interpreter(void **state)
                 print_message("    %s: %s\n", py, err);
         assert_int_equal(rc, PYFIND_OK);
         check_target(g_child.pid, &tr, &t, false);
+        /*
+         * 3.13+: the interpreter's own file (python*, libpython*) has the
+         * .PyRuntime section, found when asked to look there (as for a
+         * module built in), not otherwise.
+         */
+        if ((t.version_hex >> 16) >= 0x030d) {
+                uint64_t at = 0, size = 0;
+                assert_int_equal(pyfind_object_section(g_child.pid, "_nomodule.", ".PyRuntime",
+                                                       true, &at, &size),
+                                 0);
+                assert_int_equal(at, t.runtime_addr);
+                assert_int_equal(pyfind_object_section(g_child.pid, "_nomodule.", ".PyRuntime",
+                                                       false, &at, &size),
+                                 1);
+        }
 }
 
 /* --- libpython embedded under another name ------------------------------------------------ */
@@ -670,15 +685,16 @@ static void test_object_section_symbol(void **state)
         assert_int_equal(sscanf(line, "%llu %llu", &want_debug, &want_tasks), 2);
         uint64_t at = 0, size = 0, sym = 0;
         assert_int_equal(
-            pyfind_object_section(g_child.pid, "_asyncio.", ".AsyncioDebug", &at, &size), 0);
+            pyfind_object_section(g_child.pid, "_asyncio.", ".AsyncioDebug", true, &at, &size), 0);
         assert_int_equal(at, want_debug);
         assert_int_equal(size, 64);
         assert_int_equal(pyfind_object_symbol(g_child.pid, "_asyncio.", "all_tasks", &sym), 0);
         assert_int_equal(sym, want_tasks);
         /* Not there: no such file, no such section, no such symbol. */
         assert_int_equal(
-            pyfind_object_section(g_child.pid, "_nomodule.", ".AsyncioDebug", &at, &size), 1);
-        assert_int_equal(pyfind_object_section(g_child.pid, "_asyncio.", ".NoSuch", &at, &size), 1);
+            pyfind_object_section(g_child.pid, "_nomodule.", ".AsyncioDebug", true, &at, &size), 1);
+        assert_int_equal(
+            pyfind_object_section(g_child.pid, "_asyncio.", ".NoSuch", true, &at, &size), 1);
         assert_int_equal(pyfind_object_symbol(g_child.pid, "_asyncio.", "no_such_symbol", &sym), 1);
         assert_true(pyfind_object_symbol(-1, "_asyncio.", "all_tasks", &sym) < 0);
 }
