@@ -262,9 +262,13 @@ def bench(args, py):
     finally:
         p.kill()
         p.wait()
-    print("Python %s (%s), rate %g Hz, %d rounds of %g s each mode" % (
-        ver, py, args.rate, args.rounds, args.seconds))
-    print("  recorder CPU per sample, us: whole recording (meta) | steady state; medians (runs)")
+    if modes:
+        print("Python %s (%s), rate %g Hz, %d rounds of %g s each mode" % (
+            ver, py, args.rate, args.rounds, args.seconds))
+        print("  recorder CPU per sample, us: whole recording (meta) | steady state; medians "
+              "(runs)")
+    else:
+        print("Python %s (%s)" % (ver, py))
     for name, _ in modes:
         ms = rows[name]
         cpu = [per(m, "recorder_cpu_ns", "samples") for m in ms]
