@@ -425,6 +425,19 @@ static void free_objects(struct finder *f)
         f->n_objs = f->cap_objs = 0;
 }
 
+/* A finder over the files process pid maps (collect_mapping); NULL: out of memory. */
+static struct finder *finder_new(pid_t pid)
+{
+        struct finder *f = calloc(1, sizeof(*f));
+        if (!f)
+                return NULL;
+        f->pid = pid;
+        f->page = sysconf(_SC_PAGESIZE);
+        if (f->page <= 0)
+                f->page = 4096;
+        return f;
+}
+
 static bool is_exe(const struct finder *f, const struct object *o)
 {
         return f->exe[0] && strcmp(f->exe, o->path) == 0;
@@ -1223,18 +1236,14 @@ static int finish(struct finder *f, struct object *o, struct elf_obj *e, struct 
 
 int pyfind_target(pid_t pid, struct pyfind_target *out, char *err, size_t errlen)
 {
-        struct finder *f = calloc(1, sizeof(*f));
+        struct finder *f = finder_new(pid);
         if (!f) {
                 if (err && errlen)
                         snprintf(err, errlen, "out of memory");
                 return PYFIND_NOT_PYTHON;
         }
-        f->pid = pid;
         f->err = err;
         f->errlen = errlen;
-        f->page = sysconf(_SC_PAGESIZE);
-        if (f->page <= 0)
-                f->page = 4096;
         if (err && errlen)
                 err[0] = 0;
         int rc;
@@ -1291,7 +1300,7 @@ out:
 
 /*
  * The value of symbol `sym` (.dynsym or .symtab, a local one too) in the ELF
- * file open in e, with the size of what it names; 0 when it is not there.
+ * file open in e: 1, or 0 when it is not there.
  */
 static int elf_find_symbol(struct elf_obj *e, const char *sym, uint64_t *value)
 {
@@ -1320,7 +1329,7 @@ static int elf_find_symbol(struct elf_obj *e, const char *sym, uint64_t *value)
         return 0;
 }
 
-/* The address and size of section `name` of the ELF file open in e (unbiased); 0: none. */
+/* The address and size of section `name` of the ELF file open in e (unbiased): 1, or 0. */
 static int elf_find_section(struct elf_obj *e, const char *name, uint64_t *addr, uint64_t *size)
 {
         size_t shstrndx;
@@ -1341,16 +1350,18 @@ static int elf_find_section(struct elf_obj *e, const char *name, uint64_t *addr,
         return 0;
 }
 
-int pyfind_object_section(pid_t pid, const char *prefix, const char *section, bool own_file,
-                          uint64_t *addr, uint64_t *size)
+/*
+ * Section `section`, or else symbol `sym`, of the file process pid maps
+ * whose name begins with `prefix`; with `own_file`, then of the
+ * interpreter's own file. Its address (and a section's size) as mapped: 0,
+ * 1 when no such file has it, or a negative errno.
+ */
+static int object_lookup(pid_t pid, const char *prefix, bool own_file, const char *section,
+                         const char *sym, uint64_t *addr, uint64_t *size)
 {
-        struct finder *f = calloc(1, sizeof(*f));
+        struct finder *f = finder_new(pid);
         if (!f)
                 return -ENOMEM;
-        f->pid = pid;
-        f->page = sysconf(_SC_PAGESIZE);
-        if (f->page <= 0)
-                f->page = 4096;
         int rc = pid > 0 ? procfs_maps_foreach(pid, collect_mapping, f) : -ESRCH;
         rc = rc < 0 ? rc : 1;
         elf_version(EV_CURRENT);
@@ -1365,12 +1376,14 @@ int pyfind_object_section(pid_t pid, const char *prefix, const char *section, bo
                         if (!want)
                                 continue;
                         struct elf_obj e = {.fd = open_object(f, o)};
-                        uint64_t at, len, bias;
-                        if (e.fd >= 0 && elf_load(&e) == 0 &&
-                            elf_find_section(&e, section, &at, &len) &&
-                            compute_bias(f, &e, o, &bias) == 0) {
+                        uint64_t at, len = 0, bias;
+                        bool found = e.fd >= 0 && elf_load(&e) == 0 &&
+                                     (section ? elf_find_section(&e, section, &at, &len)
+                                              : elf_find_symbol(&e, sym, &at));
+                        if (found && compute_bias(f, &e, o, &bias) == 0) {
                                 *addr = bias + at;
-                                *size = len;
+                                if (size)
+                                        *size = len;
                                 rc = 0;
                         }
                         elf_close(&e);
@@ -1381,32 +1394,13 @@ int pyfind_object_section(pid_t pid, const char *prefix, const char *section, bo
         return rc;
 }
 
+int pyfind_object_section(pid_t pid, const char *prefix, const char *section, bool own_file,
+                          uint64_t *addr, uint64_t *size)
+{
+        return object_lookup(pid, prefix, own_file, section, NULL, addr, size);
+}
+
 int pyfind_object_symbol(pid_t pid, const char *prefix, const char *sym, uint64_t *addr)
 {
-        struct finder *f = calloc(1, sizeof(*f));
-        if (!f)
-                return -ENOMEM;
-        f->pid = pid;
-        f->page = sysconf(_SC_PAGESIZE);
-        if (f->page <= 0)
-                f->page = 4096;
-        int rc = pid > 0 ? procfs_maps_foreach(pid, collect_mapping, f) : -ESRCH;
-        rc = rc < 0 ? rc : 1;
-        elf_version(EV_CURRENT);
-        for (size_t i = 0; rc == 1 && i < f->n_objs; i++) {
-                struct object *o = &f->objs[i];
-                if (strncmp(base_name(o->path), prefix, strlen(prefix)) != 0)
-                        continue;
-                struct elf_obj e = {.fd = open_object(f, o)};
-                uint64_t value, bias;
-                if (e.fd >= 0 && elf_load(&e) == 0 && elf_find_symbol(&e, sym, &value) &&
-                    compute_bias(f, &e, o, &bias) == 0) {
-                        *addr = bias + value;
-                        rc = 0;
-                }
-                elf_close(&e);
-        }
-        free_objects(f);
-        free(f);
-        return rc;
+        return object_lookup(pid, prefix, false, NULL, sym, addr, NULL);
 }

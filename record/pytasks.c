@@ -538,16 +538,27 @@ static int header_class(struct pywalk *w, const uint8_t *obj, uint8_t *out)
         return rc > 0 ? (*out = CLS_OTHER, 0) : rc;
 }
 
+/*
+ * The array v (*cap elements of `each` bytes) with room for one more after
+ * its n: v itself, or v moved; NULL when out of memory (v kept as it was).
+ */
+static void *grow(void *v, size_t *cap, size_t n, size_t each)
+{
+        if (n < *cap)
+                return v;
+        size_t c = *cap ? 2 * *cap : 256;
+        void *p = realloc(v, c * each);
+        if (p)
+                *cap = c;
+        return p;
+}
+
 static int found_push(struct pytasks *t, uint64_t addr)
 {
-        if (t->n_found == t->cap_found) {
-                size_t cap = t->cap_found ? 2 * t->cap_found : 256;
-                uint64_t *p = realloc(t->found, cap * sizeof(*p));
-                if (!p)
-                        return -ENOMEM;
-                t->found = p;
-                t->cap_found = cap;
-        }
+        uint64_t *v = grow(t->found, &t->cap_found, t->n_found, sizeof(*v));
+        if (!v)
+                return -ENOMEM;
+        t->found = v;
         t->found[t->n_found++] = addr;
         return 0;
 }
@@ -1137,14 +1148,10 @@ static int asyncio_offsets(struct pywalk *w)
 
 static int listed_push(struct pytasks *t, uint64_t task, uint64_t thread_id)
 {
-        if (t->n_listed == t->cap_listed) {
-                size_t cap = t->cap_listed ? 2 * t->cap_listed : 256;
-                struct listed *v = realloc(t->listed, cap * sizeof(*v));
-                if (!v)
-                        return -ENOMEM;
-                t->listed = v;
-                t->cap_listed = cap;
-        }
+        struct listed *v = grow(t->listed, &t->cap_listed, t->n_listed, sizeof(*v));
+        if (!v)
+                return -ENOMEM;
+        t->listed = v;
         t->listed[t->n_listed++] = (struct listed){task, thread_id};
         return 0;
 }

@@ -185,6 +185,43 @@ static int count_thread(void *ctx, const struct pywalk_thread *th)
         return 0;
 }
 
+/*
+ * Walk t through k with --async's task walk, CAPTURE_SAMPLES times (thread
+ * names after the first), every range read kept in k: 0 with the last
+ * sample's counts, or an error with the reason in err.
+ */
+static int walk_kept(struct keeper *k, const struct pyfind_target *t, size_t *n_tasks,
+                     uint32_t *n_threads, int *names, char *err, size_t errlen)
+{
+        struct pywalk *w = NULL;
+        int rc = pywalk_open(t, &k->m, &w, err, errlen);
+        if (rc == 0)
+                rc = pywalk_set_tasks(w, err, errlen);
+        for (int i = 0; rc == 0 && i < CAPTURE_SAMPLES; i++) {
+                *n_threads = 0;
+                rc = pywalk_sample(w, count_thread, n_threads);
+                const struct pywalk_task *v;
+                pywalk_tasks(w, &v, n_tasks);
+                if (rc == 0 && i == 0)
+                        rc = pywalk_thread_names(w, count_name, names) < 0 ? -1 : 0;
+                if (rc < 0)
+                        snprintf(err, errlen, "a walk failed: %d", rc);
+        }
+        if (rc == 0 && k->oom) {
+                snprintf(err, errlen, "out of memory");
+                rc = -1;
+        }
+        pywalk_close(w);
+        return rc;
+}
+
+static void keeper_free(struct keeper *k)
+{
+        for (size_t i = 0; i < k->n; i++)
+                free(k->v[i].data);
+        free(k->v);
+}
+
 /* One interpreter: 0 and its capture written, or -1 with the reason in err. */
 static int capture_one(const struct pyinterp *py, bool pure, const char *script, const char *outdir,
                        char *err, size_t errlen)
@@ -202,7 +239,6 @@ static int capture_one(const struct pyinterp *py, bool pure, const char *script,
         struct keeper k = {.m = {.read = keeper_read, .readv = keeper_readv}};
         memsrc_init_process(&k.live, pid);
         struct pyfind_target t;
-        struct pywalk *w = NULL;
         rc = wait_ready(out) == 0 ? 0 : -1;
         if (rc < 0)
                 snprintf(err, errlen, "it did not say READY");
@@ -213,25 +249,13 @@ static int capture_one(const struct pyinterp *py, bool pure, const char *script,
                 snprintf(err, errlen, "cannot stop it: %s", strerror(errno));
                 rc = -1;
         }
-        if (rc == 0)
-                rc = pywalk_open(&t, &k.m, &w, err, errlen);
-        if (rc == 0)
-                rc = pywalk_set_tasks(w, err, errlen);
         uint32_t n_threads = 0;
         size_t n_tasks = 0;
         int names = 0;
-        for (int i = 0; rc == 0 && i < CAPTURE_SAMPLES; i++) {
-                n_threads = 0;
-                rc = pywalk_sample(w, count_thread, &n_threads);
-                const struct pywalk_task *v;
-                pywalk_tasks(w, &v, &n_tasks);
-                if (rc == 0 && i == 0)
-                        rc = pywalk_thread_names(w, count_name, &names) < 0 ? -1 : 0;
-                if (rc < 0)
-                        snprintf(err, errlen, "a walk failed: %d", rc);
-        }
-        if (rc == 0 && (n_tasks < 5 || k.oom)) {
-                snprintf(err, errlen, "%s", k.oom ? "out of memory" : "the walk found no tasks");
+        if (rc == 0)
+                rc = walk_kept(&k, &t, &n_tasks, &n_threads, &names, err, errlen);
+        if (rc == 0 && n_tasks < 5) {
+                snprintf(err, errlen, "the walk found no tasks");
                 rc = -1;
         }
         char path[1024];
@@ -243,13 +267,10 @@ static int capture_one(const struct pyinterp *py, bool pure, const char *script,
         if (rc == 0)
                 printf("%-40s %zu tasks, %u threads, %d names, %zu ranges read: %s\n", py->label,
                        n_tasks, n_threads, names, k.n, path);
-        pywalk_close(w);
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
         close(out);
-        for (size_t i = 0; i < k.n; i++)
-                free(k.v[i].data);
-        free(k.v);
+        keeper_free(&k);
         return rc == 0 ? 0 : -1;
 }
 
@@ -262,19 +283,11 @@ static int capture_image(const struct imgver *v, const char *outdir, char *err, 
         static struct imgtasks s;
         imgtasks_build(&s, v);
         struct keeper k = {.m = {.read = keeper_read, .readv = keeper_readv}, .live = s.p.mem};
-        struct pywalk *w = NULL;
-        int rc = pywalk_open(&s.p.target, &k.m, &w, err, errlen);
-        if (rc == 0)
-                rc = pywalk_set_tasks(w, err, errlen);
         uint32_t n_threads = 0;
         size_t n_tasks = 0;
-        for (int i = 0; rc == 0 && i < CAPTURE_SAMPLES; i++) {
-                n_threads = 0;
-                rc = pywalk_sample(w, count_thread, &n_threads);
-                const struct pywalk_task *t;
-                pywalk_tasks(w, &t, &n_tasks);
-        }
-        if (rc == 0 && (n_tasks != IMGTASKS_COUNT || k.oom)) {
+        int names = 0;
+        int rc = walk_kept(&k, &s.p.target, &n_tasks, &n_threads, &names, err, errlen);
+        if (rc == 0 && n_tasks != IMGTASKS_COUNT) {
                 snprintf(err, errlen, "%zu tasks found in the image, %d built", n_tasks,
                          IMGTASKS_COUNT);
                 rc = -1;
@@ -289,11 +302,8 @@ static int capture_image(const struct imgver *v, const char *outdir, char *err, 
         if (rc == 0)
                 printf("%-40s %zu tasks, %u threads, %zu ranges read: %s\n", v->name, n_tasks,
                        n_threads, k.n, path);
-        pywalk_close(w);
         pyimg_free(&s.p);
-        for (size_t i = 0; i < k.n; i++)
-                free(k.v[i].data);
-        free(k.v);
+        keeper_free(&k);
         return rc == 0 ? 0 : -1;
 }
 
