@@ -141,7 +141,8 @@ static int slots_grow(struct sources *s)
 
 void sources_note(struct sources *s, int handle, const char *file)
 {
-        if (!s || handle < 0 || (size_t)handle >= s->n_origins || !file)
+        if (!s || handle < 0 || (size_t)handle >= s->n_origins || !file ||
+            !s->origins[handle].watching)
                 return;
         size_t len = strlen(file);
         uint64_t h = pf_hash_bytes(file, len, 0);
@@ -199,7 +200,15 @@ static void origin_close(struct origin *o)
 
 int sources_watch(struct sources *s, pid_t pid)
 {
-        if (s->n_origins == s->cap_origins) {
+        /*
+         * The slot of a process that is gone and whose files are all read is
+         * taken again: a recorder following a service (--match) for months
+         * sees workers come and go without end, and keeps only the live ones.
+         */
+        size_t i = 0;
+        while (i < s->n_origins && (s->origins[i].watching || s->origins[i].pending))
+                i++;
+        if (i == s->n_origins && s->n_origins == s->cap_origins) {
                 size_t cap = s->cap_origins ? s->cap_origins * 2 : 8;
                 struct origin *p = reallocarray(s->origins, cap, sizeof(*p));
                 if (!p)
@@ -207,9 +216,9 @@ int sources_watch(struct sources *s, pid_t pid)
                 s->origins = p;
                 s->cap_origins = cap;
         }
-        if (s->n_origins >= INT32_MAX)
+        if (i >= INT32_MAX)
                 return -ENOMEM;
-        struct origin *o = &s->origins[s->n_origins];
+        struct origin *o = &s->origins[i];
         memset(o, 0, sizeof(*o));
         o->pid = pid;
         o->watching = true;
@@ -219,7 +228,9 @@ int sources_watch(struct sources *s, pid_t pid)
         snprintf(path, sizeof(path), "/proc/%d/cwd", (int)pid);
         o->cwd_fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
         o->creds_known = procfs_creds(pid, &o->creds) == 0;
-        return (int)s->n_origins++;
+        if (i == s->n_origins)
+                s->n_origins++;
+        return (int)i;
 }
 
 void sources_unwatch(struct sources *s, pid_t pid)

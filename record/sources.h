@@ -50,7 +50,9 @@ int sources_new(struct trace_writer *w, const struct sources_limits *lim, struct
  * Start taking file names from process `pid`: its root, working directory
  * and credentials are captured now. Returns a handle (>= 0) for
  * sources_note(), or -ENOMEM. A process whose root cannot be opened still
- * gets a handle; its files are then skipped.
+ * gets a handle; its files are then skipped. The handle of a process
+ * unwatched and whose queued files are read is given out again: the store
+ * holds only the processes watched, however many come and go.
  */
 int sources_watch(struct sources *s, pid_t pid);
 
@@ -62,7 +64,10 @@ int sources_watch(struct sources *s, pid_t pid);
  */
 void sources_note(struct sources *s, int handle, const char *file);
 
-/* Process `pid` is no longer sampled: what it queued is still read, then its descriptors closed. */
+/*
+ * Process `pid` is no longer sampled: what it queued is still read, then its
+ * descriptors closed; its handle takes no more names.
+ */
 void sources_unwatch(struct sources *s, pid_t pid);
 
 /*

@@ -301,6 +301,59 @@ static void test_budget_and_total(void **state)
         trace_reader_close(r);
 }
 
+/*
+ * A recorder following a service sees processes come and go for months: the
+ * handle of one that is gone, and whose files are read, is taken again (the
+ * store grew by a kilobyte per process before); never while its files wait.
+ */
+static void test_handles_reused(void **state)
+{
+        struct fixture *f = *state;
+        char name[2][PATH_MAX * 2];
+        for (int i = 0; i < 2; i++) {
+                char file[16];
+                snprintf(file, sizeof(file), "g%d.py", i);
+                write_file(f->dir, file, "z = 3\n", 6);
+                snprintf(name[i], sizeof(name[i]), "%s/%s", f->dir, file);
+        }
+        struct sources_limits lim = {1024, 1 << 20};
+        struct sources *s = NULL;
+        char err[256];
+        assert_int_equal(sources_new(f->w, &lim, &s, err, sizeof(err)), 0);
+        pid_t me = getpid();
+        int first = sources_watch(s, me);
+        assert_true(first >= 0);
+        sources_note(s, first, name[0]);
+        sources_unwatch(s, me);
+        /* Its file still queued: its slot is not free yet. */
+        int second = sources_watch(s, me);
+        assert_true(second >= 0);
+        assert_int_not_equal(second, first);
+        /* An unwatched handle takes no more names. */
+        sources_note(s, first, name[1]);
+        struct sources_stats st;
+        sources_get_stats(s, &st);
+        assert_int_equal(st.queued, 1);
+        sources_pump(s, -1);
+        sources_unwatch(s, me);
+        /* Both gone and read: a thousand processes more use those two slots. */
+        for (int i = 0; i < 1000; i++) {
+                int h = sources_watch(s, me);
+                assert_true(h == first || h == second);
+                sources_unwatch(s, me);
+        }
+        int h = sources_watch(s, me);
+        sources_note(s, h, name[1]);
+        sources_pump(s, -1);
+        sources_get_stats(s, &st);
+        assert_int_equal(st.files, 2);
+        assert_int_equal(st.skipped, 0);
+        sources_free(s);
+        struct trace_reader *r = finish(f);
+        assert_int_equal(trace_reader_source_count(r), 2);
+        trace_reader_close(r);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -308,6 +361,7 @@ int main(void)
             cmocka_unit_test(test_parse_size),
             cmocka_unit_test_setup_teardown(test_what_is_stored, setup, teardown),
             cmocka_unit_test_setup_teardown(test_budget_and_total, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_handles_reused, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
