@@ -715,6 +715,10 @@ TRACE_API int trace_writer_add_process(struct trace_writer *w, const struct trac
                 e->cmdline = fresh.cmdline;
                 e->python_version = fresh.python_version;
                 e->python_build = fresh.python_build;
+                /* Alive again: its pid taken by a new process (a file holds one row per pid). */
+                e->ended = false;
+                e->exit_status = -1;
+                e->end_ns = -1;
                 e->dirty = true;
                 return 0;
         }
@@ -1979,19 +1983,42 @@ static void drop_meta(struct trace_writer *w, const char *key)
  * (and tasks' streams), those with samples from the cut on; of the
  * processes, those alive.
  */
+/* Does a stream (thread or task) of process `pid` remain, ended or not? */
+static bool process_has_stream(const struct trace_writer *w, int32_t pid)
+{
+        for (uint32_t i = 1; i <= w->n_threads; i++)
+                if (!w->threads[i].free && w->threads[i].pid == pid)
+                        return true;
+        return false;
+}
+
 static void restart_counts(struct trace_writer *w, int64_t shift_ns)
 {
         w->committed_strings = 0;
         w->committed_frames = 0;
         w->committed_stacks = 1; /* stack 0 is in the schema */
-        /* The processes alive go on in the new file; the ended ones stay in theirs. */
+        /*
+         * The processes alive go on in the new file; the ended ones stay in
+         * theirs, and are forgotten once no stream of theirs is left (a
+         * recorder following a service for months sees processes without
+         * end: it keeps the live ones).
+         */
+        size_t kept = 0;
         for (size_t i = 0; i < w->n_processes; i++) {
                 struct wprocess *p = &w->processes[i];
+                if (p->ended && !process_has_stream(w, p->pid)) {
+                        free(p->cmdline);
+                        free(p->python_version);
+                        free(p->python_build);
+                        continue;
+                }
                 if (p->ended)
                         p->end_ns -= shift_ns; /* before the new start: negative */
                 p->in_file = false;
                 p->dirty = !p->ended;
+                w->processes[kept++] = *p;
         }
+        w->n_processes = kept;
         /* A stream is in the new file once it has samples there (or a new name). */
         for (uint32_t i = 1; i <= w->n_threads; i++) {
                 struct wthread *t = &w->threads[i];

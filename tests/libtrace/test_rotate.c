@@ -892,6 +892,82 @@ static void test_end_thread(void **state)
         }
 }
 
+/*
+ * A service's workers come and go for months (--match): a process that has
+ * ended, whose streams have ended too, is forgotten at the next cut (a
+ * thread of it is then refused, as of a process never added), so the writer
+ * holds the live ones only; a pid taken again by a new process is that
+ * process, alive, not the old one's end.
+ */
+static void test_rotate_forgets_ended_processes(void **state)
+{
+        struct fixture *f = *state;
+        char *file[3];
+        for (int i = 0; i < 3; i++) {
+                char name[32];
+                snprintf(name, sizeof(name), "gone%d.db", i);
+                file[i] = tu_path(f->dir, name);
+        }
+        struct trace_writer *w = NULL;
+        tu_must(w, trace_writer_create(file[0], TRACE_CREATE_FORCE, &w), "create");
+        struct trace_process_desc old = {.pid = 500, .cmdline = "python worker.py --old"};
+        struct trace_process_desc other = {.pid = 600, .cmdline = "python worker.py"};
+        tu_must(w, trace_writer_add_process(w, &old), "process");
+        tu_must(w, trace_writer_add_process(w, &other), "process");
+        uint32_t ref;
+        struct trace_thread_desc td = {.pid = 500, .tid = 501};
+        tu_must(w, trace_writer_add_thread(w, &td, &ref), "thread");
+        int64_t t = trace_writer_origin_ns(w) + STEP_NS;
+        tu_must(w, trace_writer_add_sample(w, ref, t, TRACE_STACK_EMPTY, 0), "sample");
+        tu_must(w, trace_writer_end_thread(w, ref), "end thread");
+        tu_must(w, trace_writer_end_process(w, 500, 7, t + 1), "end");
+        /* 600 ends and its pid is taken again in the same file: alive. */
+        tu_must(w, trace_writer_end_process(w, 600, 1, t + 1), "end");
+        tu_must(w, trace_writer_add_process(w, &other), "process again");
+        for (int i = 1; i < 3; i++) {
+                int64_t cut = t + (int64_t)i * STEP_NS;
+                while (pf_now_mono_ns() < cut)
+                        ;
+                tu_must(w, trace_writer_rotate(w, file[i], TRACE_CREATE_FORCE, cut), "rotate");
+        }
+        struct trace_thread_desc late = {.pid = 500, .tid = 502};
+        assert_int_equal(trace_writer_add_thread(w, &late, &ref), TRACE_ERR_ARG);
+        /* Its pid taken by a new worker. */
+        struct trace_process_desc young = {.pid = 500, .cmdline = "python worker.py --new"};
+        tu_must(w, trace_writer_add_process(w, &young), "process");
+        tu_must(w, trace_writer_add_thread(w, &late, &ref), "thread");
+        tu_must(w, trace_writer_add_sample(w, ref, pf_now_mono_ns(), TRACE_STACK_EMPTY, 0),
+                "sample");
+        tu_must(w, trace_writer_finalize(w), "finalize");
+        trace_writer_free(w);
+
+        int status = -2;
+        struct trace_reader *r = open_or_fail(file[0]);
+        assert_true(has_process(r, 500, &status));
+        assert_int_equal(status, 7);
+        assert_true(has_process(r, 600, &status));
+        assert_int_equal(status, -1);
+        trace_reader_close(r);
+        r = open_or_fail(file[1]);
+        assert_false(has_process(r, 500, NULL));
+        assert_true(has_process(r, 600, NULL));
+        trace_reader_close(r);
+        r = open_or_fail(file[2]);
+        assert_true(has_process(r, 500, &status));
+        assert_int_equal(status, -1);
+        for (uint32_t i = 0; i < trace_reader_process_count(r); i++) {
+                struct trace_process p;
+                assert_int_equal(trace_reader_process_at(r, i, &p), 0);
+                if (p.pid == 500)
+                        assert_string_equal(p.cmdline, "python worker.py --new");
+        }
+        trace_reader_close(r);
+        for (int i = 0; i < 3; i++) {
+                unlink(file[i]);
+                free(file[i]);
+        }
+}
+
 /* A rotation that cannot make its file changes nothing: the writer goes on. */
 static void test_rotate_to_existing_file(void **state)
 {
@@ -934,6 +1010,7 @@ int main(void)
             cmocka_unit_test(test_rotate_late_name),
             cmocka_unit_test(test_end_thread),
             cmocka_unit_test(test_rotate_workers_come_and_go),
+            cmocka_unit_test(test_rotate_forgets_ended_processes),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }
