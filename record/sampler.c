@@ -414,6 +414,14 @@ void sampler_close(struct sampler *s)
         if (s->walk)
                 pywalk_close(s->walk);
         for (size_t i = 0; i < s->n_threads; i++) {
+                /*
+                 * --bpf: the kernel's table of threads forgets this process's
+                 * (it kept every thread of every process that came and went,
+                 * up to its 65,536 entries, beyond which new threads went
+                 * unsampled; and a reused tid found a dead thread's state).
+                 */
+                if (s->bpf && s->threads[i].host_tid > 0)
+                        bpfwalk_del_thread(s->bpf, s->threads[i].host_tid);
                 if (s->threads[i].stat_fd >= 0)
                         close(s->threads[i].stat_fd);
                 if (s->threads[i].trigger_fd >= 0)

@@ -1051,9 +1051,103 @@ def test_bpf(r, label, py, mode):
         shutil.rmtree(out, ignore_errors=True)
 
 
+
+def bpf_thread_maps():
+    """Ids of the BPF hash maps named threads (--bpf's table of threads), or None
+    without bpftool."""
+    if not shutil.which("bpftool"):
+        return None
+    out = subprocess.run(["bpftool", "-j", "map", "show"], stdout=subprocess.PIPE,
+                         universal_newlines=True, timeout=30).stdout
+    return set(m["id"] for m in json.loads(out or "[]") if m.get("name") == "threads")
+
+
+def bpf_map_tids(map_id):
+    """The keys (thread ids) of --bpf's table of threads `map_id`."""
+    out = subprocess.run(["bpftool", "-j", "map", "dump", "id", str(map_id)],
+                         stdout=subprocess.PIPE, universal_newlines=True, timeout=30).stdout
+    return set(int.from_bytes(bytes(int(b, 16) for b in e["key"]), "little")
+               for e in json.loads(out or "[]"))
+
+
+BPF_WORKER = r"""
+import sys, threading, time
+secs = float(sys.argv[1])
+ts = [threading.Thread(target=time.sleep, args=(secs,)) for _ in range(2)]
+for t in ts:
+    t.start()
+time.sleep(secs)
+for t in ts:
+    t.join()
+"""
+
+
+def test_bpf_forgets_threads(r, label, py, mode):
+    """--bpf --match over workers that come and go: the kernel's table of threads
+    holds a live worker's threads and forgets them when it ends (it kept every
+    thread of every process, until new threads went unsampled)."""
+    if mode != "bpf" or not label.startswith("3.12"):
+        return
+    before = bpf_thread_maps()
+    if before is None:
+        r.skipped += 1
+        print("skip %s bpf forgets threads: bpftool not installed" % label)
+        return
+    d = tempfile.mkdtemp(prefix="pyflame-bpfgone-", dir=r.tmp)
+    tag = "bpfgone%d" % os.getpid()
+    app = os.path.join(d, tag + ".py")
+    with open(app, "w") as f:
+        f.write(BPF_WORKER)
+    db = os.path.join(d, "gone.db")
+    rec = subprocess.Popen([r.record, "-q", "-f", "--bpf", "--match", tag, "-o", db],
+                           stderr=subprocess.PIPE, universal_newlines=True)
+    live = None
+    try:
+        live = subprocess.Popen([py, app, "60"])
+        # The recorder's table: a new one holding the live worker's threads (its
+        # main thread's id is its pid) once the recorder has found it.
+        map_id, seen = None, set()
+        deadline = time.time() + 20
+        while len(seen) < 3 and time.time() < deadline and rec.poll() is None:
+            time.sleep(0.2)
+            for i in bpf_thread_maps() - before:
+                tids = bpf_map_tids(i)
+                if live.pid in tids:
+                    map_id, seen = i, tids
+        if not r.check("%s bpf forgets threads: a live worker's 3 threads in the table" % label,
+                       len(seen) >= 3, "table %s: %s" % (map_id, sorted(seen))):
+            return
+        live.kill()
+        live.wait()
+        for _ in range(6):
+            subprocess.run([py, app, "0.7"], timeout=60)
+        left = None
+        deadline = time.time() + 10
+        while left != set() and time.time() < deadline:
+            time.sleep(0.5)
+            left = bpf_map_tids(map_id)
+        r.check("%s bpf forgets threads: none left once its 7 workers ended" % label,
+                left == set(), "threads left: %s" % sorted(left))
+    finally:
+        if live and live.poll() is None:
+            live.kill()
+            live.wait()
+        rec.send_signal(signal.SIGINT)
+        try:
+            _, err = rec.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            rec.kill()
+            _, err = rec.communicate()
+    r.check("%s bpf forgets threads: recorder exits 0" % label, rec.returncode == 0, err)
+    procs = r.info(db)["processes"] if rec.returncode == 0 else []
+    r.check("%s bpf forgets threads: the workers recorded" % label, len(procs) >= 4,
+            "%d processes" % len(procs))
+
+
 TESTS = [test_hot, test_ratio, test_imports, test_threads, test_thread_spawn, test_threads_proc_state, test_generators, test_exit_status, test_attach,
          test_subprocesses, test_subprocess_churn, test_container, test_signals, test_dump, test_dump_consistent,
-         test_cli, test_accuracy, test_hold_over, test_hold_over_two, test_bpf]
+         test_cli, test_accuracy, test_hold_over, test_hold_over_two, test_bpf,
+         test_bpf_forgets_threads]
 
 
 def main():
