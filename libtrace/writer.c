@@ -1976,13 +1976,6 @@ static void drop_meta(struct trace_writer *w, const char *key)
         }
 }
 
-/*
- * After a rotation: what the new file must hold is everything interned so
- * far (so that every id stays valid) and, counted afresh, the samples,
- * errors, stack counts and thread spans from the cut on; of the threads
- * (and tasks' streams), those with samples from the cut on; of the
- * processes, those alive.
- */
 /* Does a stream (thread or task) of process `pid` remain, ended or not? */
 static bool process_has_stream(const struct trace_writer *w, int32_t pid)
 {
@@ -1992,6 +1985,13 @@ static bool process_has_stream(const struct trace_writer *w, int32_t pid)
         return false;
 }
 
+/*
+ * After a rotation: what the new file must hold is everything interned so
+ * far (so that every id stays valid) and, counted afresh, the samples,
+ * errors, stack counts and thread spans from the cut on; of the threads
+ * (and tasks' streams), those with samples from the cut on; of the
+ * processes, those alive.
+ */
 static void restart_counts(struct trace_writer *w, int64_t shift_ns)
 {
         w->committed_strings = 0;
