@@ -264,16 +264,23 @@ static void test_what_is_stored(void **state)
         trace_reader_close(r);
 }
 
+/* Files PREFIX0.py .. PREFIX<n-1>.py holding `text`, their full names in name[]. */
+static void write_numbered(const struct fixture *f, const char *prefix, int n, const char *text,
+                           char (*name)[PATH_MAX * 2])
+{
+        for (int i = 0; i < n; i++) {
+                char file[16];
+                snprintf(file, sizeof(file), "%s%d.py", prefix, i);
+                write_file(f->dir, file, text, strlen(text));
+                snprintf(name[i], sizeof(name[i]), "%s/%s", f->dir, file);
+        }
+}
+
 static void test_budget_and_total(void **state)
 {
         struct fixture *f = *state;
         char name[3][PATH_MAX * 2];
-        for (int i = 0; i < 3; i++) {
-                char file[16];
-                snprintf(file, sizeof(file), "f%d.py", i);
-                write_file(f->dir, file, "0123456789\n", 11);
-                snprintf(name[i], sizeof(name[i]), "%s/%s", f->dir, file);
-        }
+        write_numbered(f, "f", 3, "0123456789\n", name);
         struct sources_limits lim = {1024, 25}; /* two files fit, not three */
         struct sources *s = NULL;
         char err[256];
@@ -310,12 +317,7 @@ static void test_handles_reused(void **state)
 {
         struct fixture *f = *state;
         char name[2][PATH_MAX * 2];
-        for (int i = 0; i < 2; i++) {
-                char file[16];
-                snprintf(file, sizeof(file), "g%d.py", i);
-                write_file(f->dir, file, "z = 3\n", 6);
-                snprintf(name[i], sizeof(name[i]), "%s/%s", f->dir, file);
-        }
+        write_numbered(f, "g", 2, "z = 3\n", name);
         struct sources_limits lim = {1024, 1 << 20};
         struct sources *s = NULL;
         char err[256];
